@@ -1,0 +1,206 @@
+"""Build a random-weight Qwen3 checkpoint in the published Hugging Face layout.
+
+The real weights cannot be downloaded everywhere (CI has no internet), so tests and
+benchmarks run on checkpoints made here with `transformers.Qwen3ForCausalLM`:
+random weights, every RMSNorm weight randomised (a fresh model has them all equal to 1,
+which hides a swapped or misplaced norm), rope_theta 1e6, head_dim != hidden / heads,
+stop ids written, plus a small byte-level BPE tokenizer carrying Qwen3's 26 added tokens
+and the published Qwen3 chat template.
+
+    python scripts/make_checkpoint.py models/tiny                 # tiny model for tests
+    python scripts/make_checkpoint.py models/bench --size 0.6B    # exact Qwen3-0.6B shapes
+
+Options choose the layouts the notebook must read: tied embeddings with `lm_head.weight`
+stored (0.6B) or absent (4B), untied, sharded, the transformers 4.51 or 5.x config.
+"""
+
+import argparse
+import json
+import os
+import shutil
+
+import torch
+
+# Shapes. "0.6B" is the published Qwen3-0.6B; "tiny" keeps its quirks (GQA, head_dim
+# different from hidden / heads, tied embeddings) at a size that runs in milliseconds.
+SIZES = {
+    "tiny": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=32, vocab_size=640, max_position_embeddings=512),
+    "0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960),
+}
+
+# Qwen3's added tokens, in the published order; the first 14 are "special" (dropped by
+# skip_special_tokens), the last 12 are not.
+ADDED_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+]
+N_SPECIAL = 14
+
+# The Qwen2/Qwen3 pre-tokenizer split pattern (from the published tokenizer.json).
+SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# The chat template published with Qwen3-0.6B (tokenizer_config.json, "chat_template").
+QWEN3_CHAT_TEMPLATE = open(os.path.join(os.path.dirname(__file__), "qwen3_chat_template.jinja"),
+                           encoding="utf-8").read()
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. A language model predicts the next token.",
+    "Attention is all you need. Rotary position embeddings rotate query and key vectors.",
+    "What is the capital of France? Paris is the capital of France.",
+    "def forward(x):\n    return x @ w.T\n",
+    "Thinking step by step: first read the question, then answer it briefly.",
+    "hello world, hello model, hello tokenizer. 1234567890",
+    "测试一下tokenizer的效果。深度学习学完Transformer之后，决定手写一个推理器。",
+    "steam现在最火的游戏是什么？你好，世界！",
+]
+
+
+def build_tokenizer(n_base_tokens):
+    """A byte-level BPE with Qwen3's pre-tokenizer and added tokens. Rare characters (most
+    Chinese ones) stay split into several byte tokens, as they often are in the real one."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(byte_fallback=False, fuse_unk=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=n_base_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ADDED_TOKENS[:N_SPECIAL]])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
+    return tok
+
+
+def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51", dtype="bfloat16",
+          base=False, seed=0, with_generation_config=True, template_file=False):
+    """Write a checkpoint to out_dir and return the transformers model it was made from.
+
+    lm_head: "present" (tied, lm_head.weight stored too, as Qwen3-0.6B), "absent" (tied,
+    not stored, as Qwen3-4B) or "untied" (its own matrix, as Qwen3-8B).
+    """
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from safetensors.torch import save_file
+
+    assert lm_head in ("present", "absent", "untied") and config_layout in ("4.51", "5")
+    shape = SIZES[size]
+    os.makedirs(out_dir, exist_ok=True)
+    tok = build_tokenizer(n_base_tokens=400)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    assert max(ids.values()) < shape["vocab_size"]
+    eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    eos_token_id = eot if base else eos
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(**shape, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                         rms_norm_eps=1e-6, tie_word_embeddings=(lm_head != "untied"),
+                         bos_token_id=eot, eos_token_id=eos_token_id, pad_token_id=None,
+                         attention_bias=False, use_sliding_window=False)
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)  # a fresh model has all ones: randomise so misplaced norms show
+            elif name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 1.0)
+            else:  # linear layers strong enough that the layers, not the tied embedding, decide the
+                p.normal_(0.0, 2.0 * p.shape[1] ** -0.5)  # next token: varied text, few near-ties
+    model = model.to(getattr(torch, dtype))
+
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if lm_head == "present":
+        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    elif lm_head == "absent":
+        state.pop("lm_head.weight", None)
+    for f in os.listdir(out_dir):
+        if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+            os.remove(os.path.join(out_dir, f))
+    names = list(state)
+    if shards == 1:
+        save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map, per = {}, -(-len(names) // shards)
+        for s in range(shards):
+            fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: state[n] for n in names[s * per:(s + 1) * per]}
+            save_file(part, os.path.join(out_dir, fname), metadata={"format": "pt"})
+            weight_map.update({n: fname for n in part})
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+        "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "bos_token_id": eot, "eos_token_id": eos_token_id, **shape,
+        "max_window_layers": shape["num_hidden_layers"], "rms_norm_eps": 1e-6,
+        "sliding_window": None, "use_sliding_window": False, "use_cache": True,
+        "tie_word_embeddings": lm_head != "untied",
+    }
+    if config_layout == "4.51":  # as published: top-level rope_theta (an int), torch_dtype
+        cfg.update(rope_theta=1000000, rope_scaling=None, torch_dtype=dtype, transformers_version="4.51.0")
+    else:  # as transformers 5 writes it
+        cfg.update(rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"}, dtype=dtype,
+                   transformers_version="5.0.0")
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+    gen_path = os.path.join(out_dir, "generation_config.json")
+    if with_generation_config:
+        gen = {"bos_token_id": eot, "eos_token_id": eot if base else [eos, eot], "pad_token_id": eot}
+        if not base:
+            gen.update(do_sample=True, temperature=0.6, top_k=20, top_p=0.95)
+        with open(gen_path, "w") as f:
+            json.dump(gen, f, indent=2)
+    elif os.path.exists(gen_path):
+        os.remove(gen_path)
+
+    tok_cfg = {
+        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False,
+        "bos_token": None, "eos_token": "<|endoftext|>" if base else "<|im_end|>",
+        "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
+        "model_max_length": shape["max_position_embeddings"], "split_special_tokens": False,
+        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": i < N_SPECIAL, "lstrip": False,
+                                              "rstrip": False, "normalized": False, "single_word": False}
+                                 for i, t in enumerate(ADDED_TOKENS)},
+    }
+    template_path = os.path.join(out_dir, "chat_template.jinja")
+    if template_file:  # transformers 5 writes the template to its own file
+        with open(template_path, "w", encoding="utf-8") as f:
+            f.write(QWEN3_CHAT_TEMPLATE)
+    else:
+        tok_cfg["chat_template"] = QWEN3_CHAT_TEMPLATE
+        if os.path.exists(template_path):
+            os.remove(template_path)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
+    return model
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir")
+    p.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    p.add_argument("--lm-head", choices=["present", "absent", "untied"], default="present")
+    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--config-layout", choices=["4.51", "5"], default="4.51")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--base", action="store_true", help="a -Base model: stops on <|endoftext|> only")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed)
+    print(f"wrote a random {a.size} Qwen3 checkpoint to {a.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

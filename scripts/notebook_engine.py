@@ -1,0 +1,63 @@
+"""Run the notebook's engine cells (every code cell not tagged `demo`) and return their namespace.
+
+Tests, benchmarks and the picture script use this, so there is exactly one copy of the model
+code: the notebook's.
+
+    from notebook_engine import load_engine
+    qwen = load_engine("models/tiny", dtype="float32")
+    qwen["generate"]([[1, 2, 3]], 8)
+"""
+
+import json
+import os
+import types
+from pathlib import Path
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "qwen3_from_scratch.ipynb"
+
+
+def engine_cells(notebook=NOTEBOOK, include_demo=False):
+    """The source of each code cell to run, in order."""
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
+            and (include_demo or "demo" not in c.get("metadata", {}).get("tags", []))]
+
+
+def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, **env):
+    """Execute the engine cells with QWEN3_MODEL_DIR / QWEN3_DEVICE / QWEN3_DTYPE set; return the
+    namespace as a dict-like module (engine["forward"], engine.forward)."""
+    settings = {"QWEN3_MODEL_DIR": str(model_dir), "QWEN3_DEVICE": device, "QWEN3_DTYPE": dtype, **env}
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update({k: str(v) for k, v in settings.items()})
+    module = types.ModuleType("qwen3_notebook")
+    try:
+        for source in engine_cells(include_demo=include_demo):
+            exec(compile(source, str(NOTEBOOK), "exec"), module.__dict__)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Engine(module)
+
+
+class Engine:
+    """The notebook's namespace; items and attributes both work."""
+
+    def __init__(self, module):
+        self.__dict__["_module"] = module
+
+    def __getitem__(self, name):
+        return getattr(self._module, name)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def __setitem__(self, name, value):
+        setattr(self._module, name, value)
+
+    __setattr__ = __setitem__
+
+    def __contains__(self, name):
+        return hasattr(self._module, name)

@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny random Qwen3 checkpoints (made with transformers) and the notebook's
+engine loaded on them. Nothing here computes the model: the notebook does, transformers checks."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import make_checkpoint  # noqa: E402
+from notebook_engine import load_engine  # noqa: E402
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach the network
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# name -> build() options. "tiny" is laid out as Qwen3-0.6B is published.
+VARIANTS = {
+    "tiny": {},
+    "tied_absent": dict(lm_head="absent", seed=1),            # as Qwen3-4B: no lm_head.weight
+    "untied": dict(lm_head="untied", seed=2),                 # as Qwen3-8B
+    "sharded": dict(lm_head="absent", shards=3, seed=3),      # 4B-style: tied, absent, sharded
+    "config_v5": dict(config_layout="5", template_file=True, seed=4),  # transformers 5 layout
+    "base": dict(base=True, seed=5),                          # a -Base model: stops on <|endoftext|>
+}
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    built = {}
+
+    def get(name):
+        if name not in built:
+            path = root / name
+            make_checkpoint.build(str(path), **VARIANTS[name])
+            built[name] = path
+        return built[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def engine(checkpoints):
+    """engine(variant="tiny", dtype="float32") -> the notebook's namespace on that checkpoint."""
+    cache = {}
+
+    def get(variant="tiny", dtype="float32"):
+        if (variant, dtype) not in cache:
+            cache[variant, dtype] = load_engine(checkpoints(variant), dtype=dtype)
+        return cache[variant, dtype]
+    return get
+
+
+@pytest.fixture(scope="session")
+def reference(checkpoints):
+    """reference(variant="tiny", dtype=torch.float32, attn="eager") -> transformers Qwen3ForCausalLM."""
+    from transformers import Qwen3ForCausalLM
+    cache = {}
+
+    def get(variant="tiny", dtype=torch.float32, attn="eager"):
+        key = (variant, dtype, attn)
+        if key not in cache:
+            cache[key] = Qwen3ForCausalLM.from_pretrained(checkpoints(variant), dtype=dtype,
+                                                          attn_implementation=attn).eval()
+        return cache[key]
+    return get
+
+
+def random_ids(n_rows, n_tokens, high=426, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, high, (n_rows, n_tokens), generator=g)

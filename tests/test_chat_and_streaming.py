@@ -1,0 +1,94 @@
+"""Chat rendering equals transformers' apply_chat_template; streaming never shows broken UTF-8."""
+
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+CONVERSATIONS = {
+    "user": [{"role": "user", "content": "Hello!"}],
+    "system": [{"role": "system", "content": "You are a helpful assistant."},
+               {"role": "user", "content": "steam现在最火的游戏是什么"}],
+    "multi_turn_with_thinking": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "<think>\nTwo plus two.\n</think>\n\n4"},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "<think>\nThree and three.\n</think>\n\n6"},
+        {"role": "user", "content": "Thanks"}],
+    "reasoning_field_and_none_keys": [
+        {"role": "user", "content": "Hi", "name": None},
+        {"role": "assistant", "content": "Hello", "reasoning_content": "greet back", "tool_calls": None},
+        {"role": "user", "content": "Bye"}],
+}
+
+
+def transformers_tokenizer(q, checkpoint):
+    return PreTrainedTokenizerFast(tokenizer_file=str(checkpoint / "tokenizer.json"), chat_template=q.chat_template)
+
+
+@pytest.mark.parametrize("variant", ["tiny", "config_v5"])  # template in tokenizer_config.json / chat_template.jinja
+@pytest.mark.parametrize("name", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("thinking", [True, False])
+def test_render_chat_equals_transformers(engine, checkpoints, variant, name, thinking):
+    q = engine(variant)
+    assert "<|im_start|>" in q.chat_template
+    tok = transformers_tokenizer(q, checkpoints(variant))
+    for add in (True, False):
+        ours = q.render_chat(CONVERSATIONS[name], enable_thinking=thinking, add_generation_prompt=add)
+        theirs = tok.apply_chat_template(CONVERSATIONS[name], tokenize=False, add_generation_prompt=add,
+                                         enable_thinking=thinking)
+        assert ours == theirs
+    assert q.encode(ours) == tok.encode(ours, add_special_tokens=False)
+
+
+def test_thinking_switch_and_history(engine):
+    q = engine()
+    off = q.render_chat(CONVERSATIONS["user"], enable_thinking=False)
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert q.render_chat(CONVERSATIONS["user"]).endswith("<|im_start|>assistant\n")
+    history = q.render_chat(CONVERSATIONS["multi_turn_with_thinking"])
+    assert "Two plus two" not in history and "Three and three" not in history  # past thinking dropped
+    assert q.split_thinking("<think>\nhmm\n</think>\n\nYes.") == ("hmm", "Yes.")
+
+
+def test_stream_pieces_are_whole_characters(engine):
+    q = engine()
+    text = "测试一下tokenizer的效果，你好世界"
+    ids = q.encode(text)
+    assert any("\ufffd" in q.decode(ids[:k]) for k in range(1, len(ids))), "some character must span two ids"
+    pieces = []
+    show = q._streamer(pieces.append)
+    for k in range(1, len(ids) + 1):
+        show(ids[:k])
+    show(ids, final=True)
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+
+
+def test_generate_stream_equals_text(engine, capsys):
+    q = engine()
+    pieces = []
+    prompt = q.encode(q.render_chat([{"role": "user", "content": "你好"}]))
+    result = q.generate([prompt, prompt[:3]], 30, stream=pieces.append)
+    assert "".join(pieces) == result.text[0] == q.decode(result.tokens[0])
+    printed = q.generate([prompt], 30, stream=True)
+    assert capsys.readouterr().out == printed.text[0] + "\n"
+
+
+def test_chat_returns_answer_and_prints_it(engine, capsys):
+    q = engine()
+    answer = q.chat("Hello?", max_new_tokens=20, seed=1)
+    out = capsys.readouterr().out
+    assert isinstance(answer, str) and answer in out
+    answer2 = q.chat([{"role": "user", "content": "Hello?"}], max_new_tokens=20, seed=1)
+    assert answer2 == answer  # seeded sampling repeats
+    q.chat("Hello?", enable_thinking=False, max_new_tokens=5, temperature=0)
+
+
+def test_base_model_continues_plain_text(engine):
+    q = engine("base")
+    assert q.IS_BASE_MODEL
+    result = q.generate([q.encode("The quick brown fox")], 20)
+    assert all(t != q.tokenizer.token_to_id("<|im_end|>") or i == len(result.tokens[0]) - 1
+               for i, t in enumerate(result.tokens[0]))
+    assert isinstance(q.chat("The quick brown fox", max_new_tokens=5), str)
+    with pytest.raises(TypeError, match="plain text"):
+        q.chat([{"role": "user", "content": "hi"}])

@@ -1,0 +1,138 @@
+"""Bad input gets a clear error that names what is wrong; afterwards the engine still works."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from notebook_engine import load_engine
+
+
+@pytest.fixture
+def broken(checkpoints, tmp_path):
+    """A copy of the tiny checkpoint to damage."""
+    path = tmp_path / "ckpt"
+    shutil.copytree(checkpoints("tiny"), path)
+    return path
+
+
+def edit_config(path, **changes):
+    cfg = json.loads((path / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def edit_tensors(path, fn):
+    tensors = load_file(path / "model.safetensors")
+    fn(tensors)
+    save_file(tensors, path / "model.safetensors")
+
+
+def test_missing_checkpoint_says_how_to_download(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"hf download Qwen/Qwen3-0\.6B --local-dir .*nowhere"):
+        load_engine(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(num_hidden_layers=None), ValueError, r"config\.json: required key 'num_hidden_layers' is missing"),
+    (dict(hidden_size="64"), TypeError, r"'hidden_size' should be int, got '64'"),
+    (dict(rope_theta=None), ValueError, r"'rope_theta' is missing"),
+    (dict(num_key_value_heads=3), ValueError, r"multiple of num_key_value_heads"),
+    (dict(eos_token_id="x"), TypeError, r"'eos_token_id' should be int or list"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), ValueError, r"RoPE scaling"),
+    (dict(head_dim=16), ValueError, r"tensor model\.layers\.0\.self_attn\.\w+\.weight has shape \(\d+,.*config\.json implies"),
+])
+def test_bad_config(broken, change, error, message):
+    edit_config(broken, **change)
+    with pytest.raises(error, match=message):
+        load_engine(broken)
+
+
+def test_invalid_json(broken):
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_engine(broken)
+
+
+def test_missing_tensor_is_named(broken):
+    edit_tensors(broken, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    with pytest.raises(KeyError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
+        load_engine(broken)
+
+
+def test_untied_config_needs_lm_head(broken):
+    edit_config(broken, tie_word_embeddings=False)
+    edit_tensors(broken, lambda t: t.pop("lm_head.weight"))
+    with pytest.raises(KeyError, match=r"tensor lm_head\.weight missing; config\.json says tie_word_embeddings=false"):
+        load_engine(broken)
+
+
+def test_missing_weights_file(broken):
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor model.safetensors.index.json"):
+        load_engine(broken)
+
+
+def test_bad_settings(checkpoints):
+    with pytest.raises(ValueError, match="QWEN3_DTYPE='float64' is not supported"):
+        load_engine(checkpoints("tiny"), dtype="float64")
+    with pytest.raises(ValueError, match="QWEN3_DEVICE='gpu' is not a device"):
+        load_engine(checkpoints("tiny"), device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA build of torch"):
+            load_engine(checkpoints("tiny"), device="cuda")
+
+
+BAD_CALLS = [
+    (dict(prompt_ids=[]), ValueError, "empty batch"),
+    (dict(prompt_ids=[[1, 2], []]), ValueError, "prompt 1 is empty"),
+    (dict(prompt_ids=[1, 2, 3]), TypeError, r"wrap a single prompt as \[ids\]"),
+    (dict(prompt_ids="hello"), TypeError, "list of token-id lists"),
+    (dict(prompt_ids=[[1, 2.5]]), TypeError, "non-integer ids, e.g. 2.5"),
+    (dict(prompt_ids=[[1, 640]]), ValueError, r"id 640 outside the embedding table 0\.\.639"),
+    (dict(prompt_ids=[[-1]]), ValueError, "outside the embedding table"),
+    (dict(max_new_tokens=0), ValueError, "max_new_tokens must be an int >= 1"),
+    (dict(max_new_tokens=500), ValueError, r"exceeds the context of 512 tokens"),
+    (dict(temperature=-0.1), ValueError, "temperature must be a number >= 0"),
+    (dict(top_p=0.0), ValueError, r"top_p must be in \(0, 1\]"),
+    (dict(top_p=1.5), ValueError, r"top_p must be in \(0, 1\]"),
+    (dict(top_k=-1), ValueError, "top_k must be an int >= 0"),
+    (dict(top_k=2.5), ValueError, "top_k must be an int >= 0"),
+    (dict(seed="x"), ValueError, "seed must be an int"),
+    (dict(stream="yes"), TypeError, "stream must be False, True or a callable"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, message", BAD_CALLS)
+def test_bad_generate_arguments(engine, kwargs, error, message):
+    q = engine()
+    args = {"prompt_ids": [list(range(1, 20))], "max_new_tokens": 4, **kwargs}
+    with pytest.raises(error, match=message):
+        q.generate(**args)
+    good = q.generate([[5, 6, 7]], 6)
+    assert good.tokens == q.generate([[5, 6, 7]], 6).tokens and len(good.tokens[0]) >= 1
+
+
+def test_bad_forward_and_cache_arguments(engine):
+    q = engine()
+    with pytest.raises(ValueError, match=r"\(B, T\) integer tensor"):
+        q.forward([1, 2, 3])
+    with pytest.raises(ValueError, match="outside|must lie in"):
+        q.forward([[1, 9999]])
+    with pytest.raises(ValueError, match="needs the cache"):
+        q.forward([[1, 2]], start_pos=3)
+    cache = q.make_cache(1, 4)
+    with pytest.raises(ValueError, match="overflows the cache"):
+        q.forward([[1, 2, 3]], cache, start_pos=2)
+    with pytest.raises(ValueError, match="max_len must be an int in 1..512"):
+        q.make_cache(1, 100000)
+    with pytest.raises(TypeError, match="list of dicts"):
+        q.render_chat("hello")
+    with pytest.raises(TypeError, match="unknown argument"):
+        q.chat("hi", temprature=0.5)
