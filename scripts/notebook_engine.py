@@ -16,22 +16,31 @@ from pathlib import Path
 NOTEBOOK = Path(__file__).resolve().parent.parent / "qwen3_from_scratch.ipynb"
 
 
-def engine_cells(notebook=NOTEBOOK, include_demo=False):
-    """The source of each code cell to run, in order."""
+def engine_cells(notebook=NOTEBOOK, include_demo=False, tags=()):
+    """The source of each code cell to run, in order: the engine (cells not tagged `demo`), plus
+    demo cells carrying one of `tags` (e.g. "plots", "mistakes"), or every cell with include_demo."""
     cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
-    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
-            and (include_demo or "demo" not in c.get("metadata", {}).get("tags", []))]
+    chosen = []
+    for c in cells:
+        cell_tags = c.get("metadata", {}).get("tags", [])
+        if c["cell_type"] == "code" and (include_demo or "demo" not in cell_tags or set(tags) & set(cell_tags)):
+            chosen.append("".join(c["source"]))
+    return chosen
 
 
-def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, **env):
+def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, tags=(), **env):
     """Execute the engine cells with QWEN3_MODEL_DIR / QWEN3_DEVICE / QWEN3_DTYPE set; return the
     namespace as a dict-like module (engine["forward"], engine.forward)."""
-    settings = {"QWEN3_MODEL_DIR": str(model_dir), "QWEN3_DEVICE": device, "QWEN3_DTYPE": dtype, **env}
-    saved = {k: os.environ.get(k) for k in settings}
+    settings = {"QWEN3_DEVICE": device, "QWEN3_DTYPE": dtype, **env}
+    if model_dir is not None:  # None: the notebook's default, models/$QWEN3_MODEL
+        settings["QWEN3_MODEL_DIR"] = str(model_dir)
+    saved = {k: os.environ.get(k) for k in [*settings, "QWEN3_MODEL_DIR"]}
+    if model_dir is None:
+        os.environ.pop("QWEN3_MODEL_DIR", None)
     os.environ.update({k: str(v) for k, v in settings.items()})
     module = types.ModuleType("qwen3_notebook")
     try:
-        for source in engine_cells(include_demo=include_demo):
+        for source in engine_cells(include_demo=include_demo, tags=tags):
             exec(compile(source, str(NOTEBOOK), "exec"), module.__dict__)
     finally:
         for k, v in saved.items():

@@ -39,7 +39,7 @@ def test_rope_tables_and_rotation(engine, reference, dtype):
     close(sin, sin_ref, dtype)
     x = torch.randn(2, 6, 4, 32).to(dt)  # (B, T, heads, hd)
     rotated_ref, _ = ref.apply_rotary_pos_emb(x.transpose(1, 2), x.transpose(1, 2), cos_ref, sin_ref)
-    close(q.apply_rope(x, cos, sin), rotated_ref.transpose(1, 2), dtype)
+    close(q.apply_rope(x, cos[:, :, None], sin[:, :, None]), rotated_ref.transpose(1, 2), dtype)
 
 
 def test_rope_uses_config_theta_and_head_dim(engine):
@@ -106,7 +106,7 @@ def test_mlp_and_decoder_layers(engine, reference, dtype):
     hidden = out.hidden_states
     x = hidden[0]
     close(q.mlp(x, q.weights.layers[0]), model.model.layers[0].mlp(x), dtype)
-    cos, sin = q.rope_cos_sin(torch.arange(9).expand(2, 9))
+    cos, sin = q.rope_cos_sin(torch.arange(9).expand(2, 9)[:, :, None])
     for i in range(q.config.num_hidden_layers - 1):  # the last entry of hidden_states is after the final norm
         cache = q.make_cache(2, 9)
         mask = q.attention_mask(cache.pad, 0, 9, 9)
