@@ -1,6 +1,7 @@
 """Chat rendering equals transformers' apply_chat_template; streaming never shows broken UTF-8."""
 
 import pytest
+import torch
 from transformers import PreTrainedTokenizerFast
 
 CONVERSATIONS = {
@@ -47,6 +48,8 @@ def test_thinking_switch_and_history(engine):
     history = q.render_chat(CONVERSATIONS["multi_turn_with_thinking"])
     assert "Two plus two" not in history and "Three and three" not in history  # past thinking dropped
     assert q.split_thinking("<think>\nhmm\n</think>\n\nYes.") == ("hmm", "Yes.")
+    assert q.split_thinking("<think>\nstill thinking") == ("still thinking", "")  # cut off: no answer yet
+    assert q.split_thinking("Plain answer.") == ("", "Plain answer.")
 
 
 def test_stream_pieces_are_whole_characters(engine):
@@ -83,12 +86,23 @@ def test_chat_returns_answer_and_prints_it(engine, capsys):
     q.chat("Hello?", enable_thinking=False, max_new_tokens=5, temperature=0)
 
 
-def test_base_model_continues_plain_text(engine):
-    q = engine("base")
-    assert q.IS_BASE_MODEL
-    result = q.generate([q.encode("The quick brown fox")], 20)
-    assert all(t != q.tokenizer.token_to_id("<|im_end|>") or i == len(result.tokens[0]) - 1
-               for i, t in enumerate(result.tokens[0]))
-    assert isinstance(q.chat("The quick brown fox", max_new_tokens=5), str)
+def im_end_at_step_4(q):
+    """A stand-in sampler that emits <|im_end|> as the 4th new token."""
+    calls = []
+
+    def fake_sample(logits, *args, **kwargs):
+        calls.append(1)
+        return torch.full((logits.shape[0],), q.tokenizer.token_to_id("<|im_end|>") if len(calls) == 4 else 7)
+    return fake_sample
+
+
+def test_base_model_continues_plain_text(engine, monkeypatch):
+    base, chat_model = engine("base"), engine("tiny")
+    assert base.IS_BASE_MODEL and not chat_model.IS_BASE_MODEL
+    for q, expected in ((base, 12), (chat_model, 4)):  # a base model does not stop at <|im_end|>
+        monkeypatch.setitem(q._module.__dict__, "sample", im_end_at_step_4(q))
+        assert len(q.generate([q.encode("The quick brown fox")], 12).tokens[0]) == expected
+        monkeypatch.undo()
+    assert isinstance(base.chat("The quick brown fox", max_new_tokens=5), str)
     with pytest.raises(TypeError, match="plain text"):
-        q.chat([{"role": "user", "content": "hi"}])
+        base.chat([{"role": "user", "content": "hi"}])

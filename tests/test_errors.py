@@ -99,12 +99,15 @@ BAD_CALLS = [
     (dict(prompt_ids=[[-1]]), ValueError, "outside the embedding table"),
     (dict(max_new_tokens=0), ValueError, "max_new_tokens must be an int >= 1"),
     (dict(max_new_tokens=500), ValueError, r"exceeds the context of 512 tokens"),
-    (dict(temperature=-0.1), ValueError, "temperature must be a number >= 0"),
+    (dict(temperature=-0.1), ValueError, r"temperature must be 0 \(greedy\) or a number >= 1e-4"),
+    (dict(temperature=1e-37), ValueError, r"temperature must be 0 \(greedy\) or a number >= 1e-4"),
+    (dict(temperature=True), ValueError, "temperature must be"),
     (dict(top_p=0.0), ValueError, r"top_p must be in \(0, 1\]"),
     (dict(top_p=1.5), ValueError, r"top_p must be in \(0, 1\]"),
     (dict(top_k=-1), ValueError, "top_k must be an int >= 0"),
     (dict(top_k=2.5), ValueError, "top_k must be an int >= 0"),
-    (dict(seed="x"), ValueError, "seed must be an int"),
+    (dict(seed="x"), ValueError, r"seed must be None or an int in 0\.\.2\*\*63-1"),
+    (dict(seed=2**70), ValueError, r"seed must be None or an int"),
     (dict(stream="yes"), TypeError, "stream must be False, True or a callable"),
 ]
 
@@ -129,10 +132,29 @@ def test_bad_forward_and_cache_arguments(engine):
         q.forward([[1, 2]], start_pos=3)
     cache = q.make_cache(1, 4)
     with pytest.raises(ValueError, match="overflows the cache"):
+        q.forward([[1, 2]], cache)
         q.forward([[1, 2, 3]], cache, start_pos=2)
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match=r"start_pos must be an int in 0\.\.2"):
+            q.forward([[4]], cache, start_pos=bad)
+    with pytest.raises(ValueError, match="cannot leave a gap"):
+        q.forward([[4]], cache, start_pos=3)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        q.make_cache(True, 4)
+    with pytest.raises(ValueError, match="more than the context of 512"):
+        q.forward([[1] * 513])
     with pytest.raises(ValueError, match="max_len must be an int in 1..512"):
         q.make_cache(1, 100000)
     with pytest.raises(TypeError, match="list of dicts"):
         q.render_chat("hello")
+    with pytest.raises(TypeError, match="message 0 needs a 'role' and a 'content' string"):
+        q.render_chat([{"role": "user"}])
+    with pytest.raises(TypeError, match="message 0 needs a 'role' and a 'content' string"):
+        q.ChatSession().ask(None)
     with pytest.raises(TypeError, match="unknown argument"):
         q.chat("hi", temprature=0.5)
+
+
+def test_prompts_may_be_tensors(engine):
+    q = engine()
+    assert q.generate([torch.tensor([5, 6, 7])], 4).tokens == q.generate([[5, 6, 7]], 4).tokens

@@ -70,12 +70,31 @@ def test_session_equals_fresh_generation_and_reuses_the_prefix(engine, context):
 
 def test_chunked_prefill_equals_whole_prefill(engine, monkeypatch, capsys):
     q = engine()
-    prompt = random_ids(1, 50, seed=31).tolist()
-    whole = q.generate(prompt, 10)
+    prompts = [random_ids(1, 50, seed=31)[0].tolist(), [3, 4, 5], random_ids(1, 23, seed=33)[0].tolist()]
+    whole = q.generate(prompts, 10)  # left-padded batch
     monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
-    chunked = q.generate(prompt, 10)
+    chunked = q.generate(prompts, 10)
     assert "prefill 50/50 tokens" in capsys.readouterr().out
     assert chunked.tokens == whole.tokens
+
+
+def test_interrupt_during_prefill(engine, monkeypatch, capsys):
+    q = engine()
+    prompt = random_ids(1, 50, seed=34).tolist()
+    fresh = q.generate(prompt, 6)
+    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
+    original, calls = q.forward_hidden, []
+
+    def interrupted_third_chunk(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(*args)
+    monkeypatch.setitem(q._module.__dict__, "forward_hidden", interrupted_third_chunk)
+    result = q.generate(prompt, 6)
+    assert result.interrupted and result.tokens == [[]] and "interrupted" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert q.generate(prompt, 6).tokens == fresh.tokens
 
 
 def test_generation_never_computes_logits_for_every_position(engine, monkeypatch):

@@ -21,6 +21,7 @@ def test_each_mistake_changes_the_logits_and_is_undone(teaching, reference):
         threshold = 0.0 if bf16_only else 1e-2  # float32 noise is ~1e-5
         assert error > threshold, name
         torch.testing.assert_close(teaching["float32"].forward(ids), expected, atol=1e-4, rtol=0)  # restored
+        assert all(getattr(q, n) is not f for n, f in q.MISTAKES[name][0].items())
     assert teaching["float32"].rotate_half is not teaching["float32"].rotate_interleaved
 
 
