@@ -31,12 +31,8 @@ from notebook_engine import load_engine  # noqa: E402
 def checkpoint_dir(size):
     if os.environ.get("QWEN3_MODEL_DIR"):
         return Path(os.environ["QWEN3_MODEL_DIR"])
-    path = ROOT / ".cache" / ("qwen3-0.6B-random" if size == "0.6B" else "qwen3-tiny-random")
-    if not (path / "config.json").exists():
-        import make_checkpoint
-        print(f"building a random {size} checkpoint in {path} (once) ...", flush=True)
-        make_checkpoint.build(str(path), size=size)
-    return path
+    import make_checkpoint
+    return make_checkpoint.cached(ROOT / ".cache" / f"qwen3-{size}-random", size)
 
 
 def sync(device):

@@ -187,6 +187,14 @@ def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51
     return model
 
 
+def cached(path, size="tiny"):
+    """A random checkpoint of `size` at path, built once and reused (benchmarks, pictures)."""
+    if not os.path.exists(os.path.join(path, "config.json")):
+        print(f"building a random {size} checkpoint in {path} (once) ...", flush=True)
+        build(str(path), size=size)
+    return path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir")

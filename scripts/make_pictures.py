@@ -25,9 +25,7 @@ QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, n
 
 
 def main():
-    tiny = ROOT / ".cache" / "qwen3-tiny-random"
-    if not (tiny / "config.json").exists():
-        make_checkpoint.build(str(tiny))
+    tiny = make_checkpoint.cached(ROOT / ".cache" / "qwen3-tiny-random")
     q = load_engine(tiny, tags=("plots",))  # any checkpoint will do: the plots take the config as an argument
     cfg = q.Config(**QWEN3_0_6B)
     docs = ROOT / "docs"
