@@ -21,7 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# The notebook sets this before it imports torch (2 MB pages for the weights it copies into its own
+# tensors); this script imports torch before the notebook's cells run, so it sets it here. It changes
+# nothing for transformers, whose weights stay mapped from the checkpoint file.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -101,6 +105,28 @@ def weight_floor_ms(q, batch):
         chain()
         times.append(time.perf_counter() - t0)
     return 1000 * min(times)
+
+
+def products_inside_step_ms(q, rows, new_tokens):
+    """(ms per decode step, ms of it inside linear()) from a real generation, linear() timed call by
+    call: shows whether the products run as fast inside the step as alone (CPU only: timing each call
+    on a GPU would need a sync per call, which changes what is measured)."""
+    real, calls = q._module.linear, []
+
+    def timed(x, weight, *args):
+        t0 = time.perf_counter()
+        out = real(x, weight, *args)
+        calls.append((weight is q.weights.lm_head, x.dim() == 2 or x.shape[1] == 1, time.perf_counter() - t0))
+        return out
+    q._module.linear = timed
+    try:
+        r = q.generate(rows, new_tokens)
+    finally:
+        q._module.linear = real
+    first_head = next(i for i, c in enumerate(calls) if c[0])  # the prefill's lm_head: not a decode step
+    decode = [dt for i, (_, one_token, dt) in enumerate(calls) if one_token and i != first_head]
+    steps = new_tokens - 1
+    return 1000 * len(rows) / r.decode_tokens_per_second, 1000 * sum(decode) / steps
 
 
 def bandwidth_gbs(device):
@@ -209,6 +235,11 @@ def main():
         steps[batch] = {"weight_matmul_floor_ms": weight_floor_ms(q, batch), "notebook_ms": 1000 * batch / ours_tps,
                         "transformers_ms": 1000 * batch / hf_tps}
     steps[1]["roofline_ms"] = roofline_ms
+    if device.type == "cpu":
+        for batch, new in [(1, 32 if not quick else 8), (16, 8 if not quick else 4)]:
+            step_ms, inside_ms = products_inside_step_ms(q, prompts(batch, 32, vocab, seed=batch), new)
+            steps[batch]["notebook_products_inside_step_ms"] = inside_ms
+            steps[batch]["notebook_step_same_run_ms"] = step_ms
 
     # memory, in a separate process running only the notebook engine
     probe = subprocess.run([sys.executable, __file__, "--memory-probe", str(model_dir), a.device, "32",
@@ -274,15 +305,21 @@ def write_markdown(r, path):
     lines.append(f"| prefill seconds, {r['prefill_tokens']}-token prompt | {pf['notebook']:.2f} | {pf['transformers']:.2f} | "
                  f"**{pf['transformers'] / pf['notebook']:.2f}x** faster |")
     lines += ["", "## Where one decode step's time goes", "",
-              "| batch | weight matmuls alone | notebook step | transformers step | memory roofline |", "|---|---|---|---|---|"]
+              "| batch | weight matmuls alone | notebook step | transformers step | memory roofline "
+              "| inside a notebook step: weight matmuls / the rest |", "|---|---|---|---|---|---|"]
     for b, s in st.items():
         roof = f"{s['roofline_ms']:.1f} ms" if "roofline_ms" in s else "-"
+        inside = (f"{s['notebook_products_inside_step_ms']:.1f} / "
+                  f"{s['notebook_step_same_run_ms'] - s['notebook_products_inside_step_ms']:.1f} ms"
+                  if "notebook_products_inside_step_ms" in s else "-")
         lines.append(f"| {b} | {s['weight_matmul_floor_ms']:.1f} ms | {s['notebook_ms']:.1f} ms | "
-                     f"{s['transformers_ms']:.1f} ms | {roof} |")
+                     f"{s['transformers_ms']:.1f} ms | {roof} | {inside} |")
     lines += ["", f"Memory-read bandwidth {r['bandwidth_gb_s']:.1f} GB/s; one batch-1 step reads "
               f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights plus the KV cache, so the roofline is "
               f"{r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s); the notebook "
-              f"reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it.", "",
+              f"reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. The last column times `linear` call by call "
+              "inside a few real decode steps (a separate, shorter generation): what is not weight products is the "
+              "norms, RoPE, attention over the cache, sampling and the Python around them.", "",
               "## Memory (separate process, notebook engine only: load + batch-1 generation of 512 tokens "
               "after a 32-token prompt)", "",
               f"- peak RSS growth over `import torch`: {gib(m['rss_growth'])}",

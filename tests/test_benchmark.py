@@ -1,0 +1,26 @@
+"""The benchmark script runs end to end (on the tiny checkpoint) and reports what the README promises.
+Speed is never asserted here: the numbers come from `python3 benchmarks/benchmark.py` on a quiet machine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_writes_its_report(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "benchmark.py"), "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1].startswith("ratios (notebook / transformers speed): decode_b1 ")
+    report = json.loads((tmp_path / "benchmark-quick.json").read_text())
+    for key in ("decode_b1", "decode_b16", "prefill", "b1_vs_roofline", "sweep_b1", "sweep_b4", "sweep_b16", "sweep_b64"):
+        assert report["ratios"][key] > 0
+    step = report["step_breakdown"]["1"]
+    assert 0 < step["notebook_products_inside_step_ms"] < step["notebook_step_same_run_ms"]
+    assert {"weight_matmul_floor_ms", "notebook_ms", "transformers_ms", "roofline_ms"} <= set(step)
+    assert report["memory"]["rss_growth"] > 0 and report["memory"]["budget_bytes"] > report["memory"]["checkpoint_file_bytes"]
+    table = (tmp_path / "benchmark-quick.md").read_text()
+    assert "| decode tokens/s, batch 1 (16 new tokens) |" in table and "inside a notebook step" in table
+    assert (tmp_path / "benchmark-quick.png").stat().st_size > 10_000
