@@ -1,6 +1,6 @@
 """Side-by-side benchmark: the notebook engine vs transformers, same machine, same checkpoint, one run.
 
-    python3 benchmarks/benchmark.py            # full run (about 15 minutes on 2 CPU cores)
+    python3 benchmarks/benchmark.py            # full run (about 20 minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on a tiny model (seconds)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
