@@ -1,20 +1,23 @@
 """Side-by-side benchmark: the notebook engine vs transformers, same machine, same checkpoint, one run.
 
-    python3 benchmarks/benchmark.py            # full run (about 20 minutes on 2 CPU cores)
-    python3 benchmarks/benchmark.py --quick    # a smoke run on a tiny model (seconds)
+    python3 benchmarks/benchmark.py            # full run (about 25 minutes on 2 CPU cores)
+    python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
+    python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
-the exact Qwen3-0.6B shapes in the published layout. Both engines decode greedily in bf16 with stop
-ids disabled, so they produce the same number of tokens; transformers uses its default SDPA
-attention. Writes docs/benchmark.md, docs/benchmark.json and docs/benchmark.png, and prints the
-ratios (notebook / transformers) on its last line.
+the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
+Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
+with stop ids disabled, so they produce the same number of tokens; transformers uses its default
+SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
+kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8. Writes
+docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
+prints the ratios (notebook / transformers) on its last line.
 """
 
 import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,12 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from notebook_engine import load_engine  # noqa: E402
 
+LLAMA_CPP = ("llama.cpp on the AMD EPYC with avx512_bf16 (2 threads), same random Qwen3-0.6B weights: "
+             "22.0 tokens/s at batch 1 from a bf16 GGUF, 31.5 tokens/s from q8_0")
+
 
 def checkpoint_dir(size):
-    if os.environ.get("QWEN3_MODEL_DIR"):
+    if os.environ.get("QWEN3_MODEL_DIR") and size in ("tiny", "0.6B"):
         return Path(os.environ["QWEN3_MODEL_DIR"])
     import make_checkpoint
-    return make_checkpoint.cached(ROOT / ".cache" / f"qwen3-{size}-random", size)
+    return Path(make_checkpoint.cached(ROOT / ".cache" / f"qwen3-{size}-random", size))
 
 
 def sync(device):
@@ -47,6 +53,12 @@ def sync(device):
 def prompts(n_rows, n_tokens, vocab, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (n_rows, n_tokens), generator=g).tolist()
+
+
+def engine(model_dir, device, **env):
+    q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",), **env)  # + the notebook's measures
+    q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
+    return q
 
 
 class StepTimer:
@@ -84,66 +96,37 @@ def hf_decode(model, rows, new_tokens, device):
     return len(rows) * (new_tokens - 1) / (end - first), first - t0
 
 
-def weight_floor_ms(q, batch):
-    """One decode step's chain of weight products alone (no attention, no norms), in ms."""
-    cfg = q.config
-    x, attn_out, ffn_mid = (torch.randn(batch, 1, n, device=q.device).to(q.dtype) for n in (
-        cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.intermediate_size))
+def measure(name, candidates, n_runs):
+    """candidates {label: fn() -> number}: alternating runs (drifts in machine load hit all), medians."""
+    runs = {label: [] for label in candidates}
+    for r in range(n_runs):
+        for label, fn in candidates.items():
+            runs[label].append(fn())
+        print(f"  {name} run {r + 1}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in runs.items()), flush=True)
+    return {label: statistics.median(v) for label, v in runs.items()}
 
-    def chain():
-        for layer in q.weights.layers:
-            q.linear(x, layer.qkv_proj)
-            q.linear(attn_out, layer.o_proj)
-            q.linear(x, layer.gate_up_proj)
-            q.linear(ffn_mid, layer.down_proj)
-        q.linear(x, q.weights.lm_head)
-        sync(q.device)
-    chain()
-    times = []
-    for _ in range(3):
+
+def time_inside_step(q, rows, new_tokens, function):
+    """(ms per decode step, ms of it inside the notebook's `function`) from a real generation, the
+    function timed call by call (CPU only: on a GPU a sync per call would change what is measured)."""
+    real, calls = q._module.__dict__[function], []
+
+    def timed(x, *args):
         t0 = time.perf_counter()
-        chain()
-        times.append(time.perf_counter() - t0)
-    return 1000 * min(times)
-
-
-def products_inside_step_ms(q, rows, new_tokens):
-    """(ms per decode step, ms of it inside linear()) from a real generation, linear() timed call by
-    call: shows whether the products run as fast inside the step as alone (CPU only: timing each call
-    on a GPU would need a sync per call, which changes what is measured)."""
-    real, calls = q._module.linear, []
-
-    def timed(x, weight, *args):
-        t0 = time.perf_counter()
-        out = real(x, weight, *args)
-        calls.append((weight is q.weights.lm_head, x.dim() == 2 or x.shape[1] == 1, time.perf_counter() - t0))
+        out = real(x, *args)
+        calls.append((x.dim() == 2, x.dim() == 2 or x.shape[1] == 1, time.perf_counter() - t0))
         return out
-    q._module.linear = timed
+    q._module.__dict__[function] = timed
     try:
         r = q.generate(rows, new_tokens)
     finally:
-        q._module.linear = real
-    first_head = next(i for i, c in enumerate(calls) if c[0])  # the prefill's lm_head: not a decode step
+        q._module.__dict__[function] = real
+    first_head = next((i for i, c in enumerate(calls) if c[0]), None)  # lm_head after the prefill: not a decode step
     decode = [dt for i, (_, one_token, dt) in enumerate(calls) if one_token and i != first_head]
-    steps = new_tokens - 1
-    return 1000 * len(rows) / r.decode_tokens_per_second, 1000 * sum(decode) / steps
+    return 1000 * len(rows) / r.decode_tokens_per_second, 1000 * sum(decode) / (new_tokens - 1)
 
 
-def bandwidth_gbs(device):
-    """Memory-read bandwidth: the best of 5 sums over a 1 GiB float32 tensor."""
-    t = torch.ones(2 ** 28, device=device)
-    best = float("inf")
-    for _ in range(5):
-        sync(device)
-        t0 = time.perf_counter()
-        t.sum()
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
-    del t
-    return 2 ** 30 / best / 1e9
-
-
-def memory_probe(model_dir, device_name, prompt_len, new_tokens):
+def memory_probe(model_dir, device_name, prompt_len, new_tokens, quant):
     """Run in a separate process: RSS growth over loading + one batch-1 generation, only our engine."""
     import torch  # noqa: F811  (the baseline is "right after import torch")
 
@@ -151,183 +134,241 @@ def memory_probe(model_dir, device_name, prompt_len, new_tokens):
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
     base = status("VmRSS")
-    q = load_engine(model_dir, device=device_name, dtype="bfloat16")
+    q = load_engine(model_dir, device=device_name, dtype="bfloat16", QWEN3_QUANT=quant)
     q.config = dataclasses.replace(q.config, stop_ids=())
     q.generate(prompts(1, prompt_len, q.tokenizer.get_vocab_size()), new_tokens)
     peak = status("VmHWM")
     cuda_peak = torch.cuda.max_memory_allocated() if q.device.type == "cuda" else None
     return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base,
-            "cuda_peak_allocated": cuda_peak,
-            "kv_cache_bytes": (prompt_len + new_tokens) * q.kv_bytes_per_token()}
+            "cuda_peak_allocated": cuda_peak, "kv_cache_bytes": (prompt_len + new_tokens) * q.kv_bytes_per_token(),
+            "weight_bytes": sum(t.numel() * t.element_size() for t in q.stored_tensors())}
+
+
+def run_memory_probe(model_dir, device, new_tokens, quant):
+    probe = subprocess.run([sys.executable, __file__, "--memory-probe", str(model_dir), device, "32",
+                            str(new_tokens), quant], capture_output=True, text=True)
+    if probe.returncode:
+        sys.exit(f"memory probe failed:\n{probe.stderr[-3000:]}")
+    memory = json.loads(probe.stdout.strip().splitlines()[-1])
+    memory["checkpoint_file_bytes"] = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
+    memory["budget_bytes"] = memory["checkpoint_file_bytes"] + memory["kv_cache_bytes"] + 300 * 2 ** 20
+    return memory
+
+
+def kernels_json(kernels):
+    return {k: v if isinstance(v, str) else {("any" if r == float("inf") else f"<={r}"): f for r, f in v.items()}
+            for k, v in kernels.items()}
+
+
+def dense_rows(a, device):
+    """The dense model: notebook (bf16, int8) vs transformers."""
+    from transformers import Qwen3ForCausalLM
+    quick = a.quick
+    model_dir = checkpoint_dir("tiny" if quick else "0.6B")
+    n1, n16, n_sweep = (16, 8, 4) if quick else (256, 64, 16)
+    prefills = (64,) if quick else (512, 4096)
+    runs = 1 if quick else a.runs
+    q = engine(model_dir, device)
+    q8 = engine(model_dir, device, QWEN3_QUANT="int8")
+    device = q.device
+    hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
+    vocab = q.tokenizer.get_vocab_size()
+    print(f"device {device}, {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
+    for fn in (lambda: ours_decode(q, prompts(1, 32, vocab), 4), lambda: ours_decode(q8, prompts(1, 32, vocab), 4),
+               lambda: hf_decode(hf, prompts(1, 32, vocab), 4, device)):
+        fn()  # warm-up: first calls allocate and load kernels
+
+    engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "notebook_int8": lambda rows, n: ours_decode(q8, rows, n),
+               "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
+    results = {}
+    for batch, new in [(1, n1), (16, n16)]:
+        rows = prompts(batch, 32, vocab, seed=batch)
+        results[f"decode_b{batch}"] = measure(f"decode tokens/s, batch {batch}, {new} new tokens",
+                                              {k: (lambda f=f: f(rows, new)[0]) for k, f in engines.items()}, runs)
+    sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
+    for batch in (1, 4, 16, 64):
+        if batch not in sweep:
+            rows = prompts(batch, 32, vocab, seed=batch)
+            sweep[batch] = measure(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",
+                                   {k: (lambda f=f: f(rows, n_sweep)[0]) for k, f in engines.items() if k != "notebook_int8"}, 1)
+    for n in prefills:
+        long_prompt = prompts(1, n, vocab, seed=n)
+        results[f"prefill_{n}_seconds"] = measure(
+            f"prefill seconds, {n}-token prompt", {k: (lambda f=f: f(long_prompt, 2)[1]) for k, f in engines.items()},
+            runs if n <= 512 else 1)
+
+    # where the time goes in one decode step: the notebook's own live measures
+    live = {b: q.measure_machine(batch=b) for b in (1, 16)}
+    live8 = q8.measure_machine(batch=1)
+    steps = {}
+    for batch in (1, 16):
+        speeds = results[f"decode_b{batch}"]
+        steps[batch] = {"weight_matmul_floor_ms": live[batch]["products_ms"], "notebook_ms": 1000 * batch / speeds["notebook"],
+                        "notebook_int8_ms": 1000 * batch / speeds["notebook_int8"],
+                        "transformers_ms": 1000 * batch / speeds["transformers"]}
+    steps[1]["roofline_ms"] = live[1]["roofline_ms"]
+    if device.type == "cpu":
+        for batch, new in [(1, 8 if quick else 32), (16, 4 if quick else 8)]:
+            step_ms, inside_ms = time_inside_step(q, prompts(batch, 32, vocab, seed=batch), new, "linear")
+            steps[batch]["notebook_products_inside_step_ms"] = inside_ms
+            steps[batch]["notebook_step_same_run_ms"] = step_ms
+
+    new_tokens = 64 if quick else 512
+    memory = {quant: run_memory_probe(model_dir, a.device, new_tokens, quant) for quant in ("none", "int8")}
+    report = {
+        "checkpoint": model_dir.name, "kernels": kernels_json(q.KERNELS), "kernels_int8": kernels_json(q8.KERNELS),
+        "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__, "quick": quick},
+        "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
+        "sweep_tokens_per_s": {str(b): v for b, v in sweep.items()},
+        "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},
+        "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep},
+        "bandwidth_gb_s": live[1]["bandwidth_gb_s"], "weight_bytes_per_step": live[1]["weight_bytes"],
+        "weight_bytes_per_step_int8": live8["weight_bytes"], "roofline_b1_ms": live[1]["roofline_ms"],
+        "roofline_b1_tokens_per_s": 1000 / live[1]["roofline_ms"], "roofline_b1_int8_tokens_per_s": 1000 / live8["roofline_ms"],
+        "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
+        "memory": memory, "memory_new_tokens": new_tokens,
+    }
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
+    return report
+
+
+def moe_rows(a, device):
+    """Qwen3-30B-A3B's layer shapes, 4 layers: notebook vs transformers, batch 1 / 16 and prefill."""
+    from transformers import Qwen3MoeForCausalLM
+    quick = a.quick
+    model_dir = checkpoint_dir("tiny-moe" if quick else "30B-A3B-4layers")
+    n1, n16, n_prefill, runs = (8, 4, 32, 1) if quick else (64, 16, 512, a.runs)
+    q = engine(model_dir, device)
+    hf = Qwen3MoeForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
+    vocab = q.tokenizer.get_vocab_size()
+    ours_decode(q, prompts(1, 32, vocab), 4)
+    hf_decode(hf, prompts(1, 32, vocab), 4, q.device)
+    engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device)}
+    results = {}
+    for batch, new in [(1, n1), (16, n16)]:
+        rows = prompts(batch, 32, vocab, seed=batch)
+        results[f"decode_b{batch}"] = measure(f"MoE decode tokens/s, batch {batch}, {new} new tokens",
+                                              {k: (lambda f=f: f(rows, new)[0]) for k, f in engines.items()}, runs)
+    long_prompt = prompts(1, n_prefill, vocab, seed=7)
+    results["prefill_seconds"] = measure(f"MoE prefill seconds, {n_prefill}-token prompt",
+                                         {k: (lambda f=f: f(long_prompt, 2)[1]) for k, f in engines.items()}, runs)
+    live = q.measure_machine(batch=1)
+    share = {}
+    if q.device.type == "cpu":
+        step_ms, moe_ms = time_inside_step(q, prompts(1, 32, vocab, seed=1), 16 if not quick else 4, "moe")
+        share = {"step_ms": step_ms, "moe_blocks_ms": moe_ms}
+    total = sum(t.numel() * t.element_size() for t in q.stored_tensors())
+    return {"checkpoint": model_dir.name, "layers": q.config.num_hidden_layers, "experts": q.config.num_experts,
+            "experts_per_token": q.config.num_experts_per_tok, "kernels": kernels_json(q.KERNELS),
+            "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
+            "prefill_seconds": results["prefill_seconds"], "prefill_tokens": n_prefill,
+            "new_tokens": {"b1": n1, "b16": n16}, "weight_bytes_total": total,
+            "weight_bytes_per_step_b1": live["weight_bytes"], "lm_head_bytes": q.nbytes(q.weights.lm_head),
+            "roofline_b1_ms": live["roofline_ms"], "step_share": share}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny model, few tokens: checks the script runs")
+    p.add_argument("--quick", action="store_true", help="tiny models, few tokens: checks the script runs")
+    p.add_argument("--no-moe", action="store_true", help="skip the mixture-of-experts rows")
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
     p.add_argument("--out", default=str(ROOT / "docs"))
-    p.add_argument("--memory-probe", nargs=4, metavar=("DIR", "DEVICE", "PROMPT", "NEW"), help=argparse.SUPPRESS)
+    p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.memory_probe:
-        d, dev, n_prompt, n_new = a.memory_probe
-        print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new))))
+        d, dev, n_prompt, n_new, quant = a.memory_probe
+        print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
         return
-
-    quick = a.quick
-    model_dir = checkpoint_dir("tiny" if quick else "0.6B")
-    n1, n16, n_sweep, n_prefill = (16, 8, 4, 64) if quick else (256, 64, 16, 512)
-    runs = 1 if quick else a.runs
-    from transformers import Qwen3ForCausalLM
-
-    q = load_engine(model_dir, device=a.device, dtype="bfloat16", tags=("plots",))  # + the notebook's plot_throughput
-    q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
-    device = q.device
-    hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
-    vocab = q.tokenizer.get_vocab_size()
     torch.set_grad_enabled(False)
-    print(f"device {device}, {torch.get_num_threads()} threads, checkpoint {model_dir}", flush=True)
-
-    def measure(name, fn_ours, fn_hf, n_runs):
-        ours, theirs = [], []
-        for r in range(n_runs):  # alternate, so drifts in machine load hit both
-            ours.append(fn_ours())
-            theirs.append(fn_hf())
-            print(f"  {name} run {r + 1}: notebook {ours[-1]:.3f}, transformers {theirs[-1]:.3f}", flush=True)
-        return statistics.median(ours), statistics.median(theirs)
-
-    results = {}
-    # warm-up: first calls allocate and load kernels
-    ours_decode(q, prompts(1, 32, vocab), 4)
-    hf_decode(hf, prompts(1, 32, vocab), 4, device)
-
-    for batch, new in [(1, n1), (16, n16)]:
-        rows = prompts(batch, 32, vocab, seed=batch)
-        results[f"decode_b{batch}"] = measure(
-            f"decode tokens/s, batch {batch}, {new} new tokens",
-            lambda: ours_decode(q, rows, new)[0], lambda: hf_decode(hf, rows, new, device)[0], runs)
-    sweep = {}
-    for batch in (1, 4, 16, 64):
-        if batch == 1 and not quick:
-            sweep[batch] = results["decode_b1"]
-        elif batch == 16 and not quick:
-            sweep[batch] = results["decode_b16"]
-        else:
-            rows = prompts(batch, 32, vocab, seed=batch)
-            sweep[batch] = measure(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",
-                                   lambda: ours_decode(q, rows, n_sweep)[0],
-                                   lambda: hf_decode(hf, rows, n_sweep, device)[0], 1)
-    long_prompt = prompts(1, n_prefill, vocab, seed=99)
-    results["prefill_seconds"] = measure(
-        f"prefill seconds, {n_prefill}-token prompt",
-        lambda: ours_decode(q, long_prompt, 2)[1], lambda: hf_decode(hf, long_prompt, 2, device)[1], runs)
-
-    # where the time goes in one decode step
-    bw = bandwidth_gbs(device)
-    layer_bytes = sum(t.numel() * t.element_size() for layer in q.weights.layers
-                      for t in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj))
-    weight_bytes = layer_bytes + q.weights.lm_head.numel() * q.weights.lm_head.element_size()
-    kv_read = (32 + n1 / 2) * q.kv_bytes_per_token()  # bytes of cache read per step, averaged over the run
-    roofline_ms = 1000 * (weight_bytes + kv_read) / (bw * 1e9)
-    steps = {}
-    for batch in (1, 16):
-        ours_tps, hf_tps = results[f"decode_b{batch}"]
-        steps[batch] = {"weight_matmul_floor_ms": weight_floor_ms(q, batch), "notebook_ms": 1000 * batch / ours_tps,
-                        "transformers_ms": 1000 * batch / hf_tps}
-    steps[1]["roofline_ms"] = roofline_ms
-    if device.type == "cpu":
-        for batch, new in [(1, 32 if not quick else 8), (16, 8 if not quick else 4)]:
-            step_ms, inside_ms = products_inside_step_ms(q, prompts(batch, 32, vocab, seed=batch), new)
-            steps[batch]["notebook_products_inside_step_ms"] = inside_ms
-            steps[batch]["notebook_step_same_run_ms"] = step_ms
-
-    # memory, in a separate process running only the notebook engine
-    probe = subprocess.run([sys.executable, __file__, "--memory-probe", str(model_dir), a.device, "32",
-                            str(64 if quick else 512)], capture_output=True, text=True)
-    if probe.returncode:
-        sys.exit(f"memory probe failed:\n{probe.stderr[-3000:]}")
-    memory = json.loads(probe.stdout.strip().splitlines()[-1])
-    file_bytes = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
-    memory["checkpoint_file_bytes"] = file_bytes
-    memory["budget_bytes"] = file_bytes + memory["kv_cache_bytes"] + 300 * 2 ** 20
-
-    report = {
-        "machine": {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda"
-                    else platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "quick": quick},
-        "checkpoint": str(model_dir),
-        "decode_b1_tokens_per_s": dict(zip(("notebook", "transformers"), results["decode_b1"])),
-        "decode_b16_tokens_per_s": dict(zip(("notebook", "transformers"), results["decode_b16"])),
-        "sweep_tokens_per_s": {str(b): dict(zip(("notebook", "transformers"), v)) for b, v in sweep.items()},
-        "prefill_seconds": dict(zip(("notebook", "transformers"), results["prefill_seconds"])),
-        "prefill_tokens": n_prefill, "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep},
-        "bandwidth_gb_s": bw, "weight_bytes_per_step": weight_bytes, "kv_bytes_per_token": q.kv_bytes_per_token(),
-        "roofline_b1_ms": roofline_ms, "roofline_b1_tokens_per_s": 1000 / roofline_ms,
-        "step_breakdown": {str(b): v for b, v in steps.items()}, "memory": memory,
-    }
-    ratios = {
-        "decode_b1": results["decode_b1"][0] / results["decode_b1"][1],
-        "decode_b16": results["decode_b16"][0] / results["decode_b16"][1],
-        "prefill": results["prefill_seconds"][1] / results["prefill_seconds"][0],  # speed ratio
-        "b1_vs_roofline": results["decode_b1"][0] / (1000 / roofline_ms),
-        **{f"sweep_b{b}": v[0] / v[1] for b, v in sweep.items()},
-    }
+    report = dense_rows(a, a.device)
+    if not a.no_moe:
+        report["moe"] = moe_rows(a, a.device)
+    report["llama_cpp_reference"] = LLAMA_CPP
+    ratio = lambda v: v["notebook"] / v["transformers"]
+    ratios = {"decode_b1": ratio(report["decode_b1_tokens_per_s"]), "decode_b16": ratio(report["decode_b16_tokens_per_s"]),
+              **{f"prefill_{n}": v["transformers"] / v["notebook"] for n, v in report["prefill_seconds"].items()},
+              "int8_vs_bf16_decode_b1": report["decode_b1_tokens_per_s"]["notebook_int8"] / report["decode_b1_tokens_per_s"]["notebook"],
+              "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
+              **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
+    if "moe" in report:
+        m = report["moe"]
+        ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
+                      moe_prefill=m["prefill_seconds"]["transformers"] / m["prefill_seconds"]["notebook"])
     report["ratios"] = ratios
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if quick else ""
+    out, suffix = Path(a.out), "-quick" if a.quick else ""
     (out / f"benchmark{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
-    write_markdown(report, out / f"benchmark{suffix}.md")
-    q.plot_throughput(report, out / f"benchmark{suffix}.png")
-    print(f"wrote {out}/benchmark{suffix}.md, .json, .png")
+    (out / f"benchmark{suffix}.md").write_text(markdown(report))
+    print(f"wrote {out.name}/benchmark{suffix}.md, .json, .png")
     print("ratios (notebook / transformers speed): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
 
 
-def write_markdown(r, path):
+def markdown(r):
     m, st = r["memory"], r["step_breakdown"]
     gib = lambda b: f"{b / 2**30:.2f} GiB"
+    row = lambda label, v, lower_better=False: (
+        f"| {label} | {v['notebook']:.2f} | {v['notebook_int8']:.2f} | {v['transformers']:.2f} | "
+        f"**{(v['transformers'] / v['notebook'] if lower_better else v['notebook'] / v['transformers']):.2f}x** | "
+        f"{(v['transformers'] / v['notebook_int8'] if lower_better else v['notebook_int8'] / v['transformers']):.2f}x |")
     lines = [
-        f"# Benchmark: notebook engine vs transformers ({r['machine']['name']}, {r['machine']['device']}, "
-        f"{r['machine']['threads']} threads, torch {r['machine']['torch']})", "",
-        f"Checkpoint: `{r['checkpoint']}` (bf16). Greedy decoding, stop ids disabled, transformers with SDPA "
-        "attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
-        "| measurement | notebook | transformers | ratio |", "|---|---|---|---|",
+        f"# Benchmark: notebook engine vs transformers", "",
+        f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}). "
+        f"Checkpoint: `{r['checkpoint']}` (random weights, bf16). Greedy decoding, stop ids disabled, transformers "
+        "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
+        f"Kernels the notebook's calibration chose here: `{json.dumps(r['kernels'])}`; with int8 weights: "
+        f"`{json.dumps(r['kernels_int8']['int8'])}`.", "",
+        "| measurement | notebook bf16 | notebook int8 | transformers | ratio bf16 | ratio int8 |", "|---|---|---|---|---|---|",
+        row(f"decode tokens/s, batch 1 ({r['new_tokens']['b1']} new tokens)", r["decode_b1_tokens_per_s"]),
+        row(f"decode tokens/s, batch 16 ({r['new_tokens']['b16']} new tokens)", r["decode_b16_tokens_per_s"]),
     ]
-    for key, label, new in [("decode_b1_tokens_per_s", "decode tokens/s, batch 1", r["new_tokens"]["b1"]),
-                            ("decode_b16_tokens_per_s", "decode tokens/s, batch 16", r["new_tokens"]["b16"])]:
-        v = r[key]
-        lines.append(f"| {label} ({new} new tokens) | {v['notebook']:.2f} | {v['transformers']:.2f} | "
-                     f"**{v['notebook'] / v['transformers']:.2f}x** |")
+    for n, v in r["prefill_seconds"].items():
+        lines.append(row(f"prefill seconds, {n}-token prompt (ratio: speed)", v, lower_better=True))
+    lines += ["", "| decode tokens/s (sweep, " + f"{r['new_tokens']['sweep']} new tokens) | notebook | transformers | ratio |",
+              "|---|---|---|---|"]
     for b, v in r["sweep_tokens_per_s"].items():
-        lines.append(f"| sweep: decode tokens/s, batch {b} | {v['notebook']:.2f} | {v['transformers']:.2f} | "
-                     f"{v['notebook'] / v['transformers']:.2f}x |")
-    pf = r["prefill_seconds"]
-    lines.append(f"| prefill seconds, {r['prefill_tokens']}-token prompt | {pf['notebook']:.2f} | {pf['transformers']:.2f} | "
-                 f"**{pf['transformers'] / pf['notebook']:.2f}x** faster |")
+        lines.append(f"| batch {b} | {v['notebook']:.2f} | {v['transformers']:.2f} | {v['notebook'] / v['transformers']:.2f}x |")
     lines += ["", "## Where one decode step's time goes", "",
-              "| batch | weight matmuls alone | notebook step | transformers step | memory roofline "
-              "| inside a notebook step: weight matmuls / the rest |", "|---|---|---|---|---|---|"]
+              "| batch | weight products alone | notebook step | notebook int8 step | transformers step | memory roofline "
+              "| inside a notebook step: weight products / the rest |", "|---|---|---|---|---|---|---|"]
     for b, s in st.items():
         roof = f"{s['roofline_ms']:.1f} ms" if "roofline_ms" in s else "-"
         inside = (f"{s['notebook_products_inside_step_ms']:.1f} / "
                   f"{s['notebook_step_same_run_ms'] - s['notebook_products_inside_step_ms']:.1f} ms"
                   if "notebook_products_inside_step_ms" in s else "-")
-        lines.append(f"| {b} | {s['weight_matmul_floor_ms']:.1f} ms | {s['notebook_ms']:.1f} ms | "
+        lines.append(f"| {b} | {s['weight_matmul_floor_ms']:.1f} ms | {s['notebook_ms']:.1f} ms | {s['notebook_int8_ms']:.1f} ms | "
                      f"{s['transformers_ms']:.1f} ms | {roof} | {inside} |")
     lines += ["", f"Memory-read bandwidth {r['bandwidth_gb_s']:.1f} GB/s; one batch-1 step reads "
-              f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights plus the KV cache, so the roofline is "
-              f"{r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s); the notebook "
-              f"reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. The last column times `linear` call by call "
-              "inside a few real decode steps (a separate, shorter generation): what is not weight products is the "
-              "norms, RoPE, attention over the cache, sampling and the Python around them.", "",
-              "## Memory (separate process, notebook engine only: load + batch-1 generation of 512 tokens "
-              "after a 32-token prompt)", "",
-              f"- peak RSS growth over `import torch`: {gib(m['rss_growth'])}",
-              f"- budget: checkpoint files {gib(m['checkpoint_file_bytes'])} + KV cache {gib(m['kv_cache_bytes'])} "
-              f"+ 300 MiB = {gib(m['budget_bytes'])} -> {'within' if m['rss_growth'] <= m['budget_bytes'] else 'OVER'} budget"]
-    if m.get("cuda_peak_allocated"):
-        lines.append(f"- CUDA peak allocated: {gib(m['cuda_peak_allocated'])}")
-    path.write_text("\n".join(lines) + "\n")
+              f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights ({r['weight_bytes_per_step_int8'] / 1e9:.2f} GB in int8), "
+              f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
+              f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
+              f"For comparison, {r['llama_cpp_reference']}.", "",
+              f"## Memory (separate process, notebook engine only: load + batch-1 generation of {r['memory_new_tokens']} "
+              "tokens after a 32-token prompt)", "", "| weights | peak RSS growth over `import torch` | weights held | budget "
+              "(checkpoint files + KV cache + 300 MiB) |", "|---|---|---|---|"]
+    for quant, mm in m.items():
+        lines.append(f"| {'bf16' if quant == 'none' else quant} | {gib(mm['rss_growth'])} | {gib(mm['weight_bytes'])} | "
+                     f"{gib(mm['budget_bytes'])} ({'within' if mm['rss_growth'] <= mm['budget_bytes'] else 'OVER'}) |")
+    lines.append(f"\nint8 / bf16 peak RSS growth: {m['int8']['rss_growth'] / m['none']['rss_growth']:.2f}")
+    if "moe" in r:
+        e = r["moe"]
+        lines += ["", f"## Mixture of experts: `{e['checkpoint']}` ({e['layers']} layers, {e['experts']} experts, "
+                  f"{e['experts_per_token']} per token)", "",
+                  "| measurement | notebook | transformers | ratio |", "|---|---|---|---|"]
+        for key, label in [("decode_b1_tokens_per_s", f"decode tokens/s, batch 1 ({e['new_tokens']['b1']} new tokens)"),
+                           ("decode_b16_tokens_per_s", f"decode tokens/s, batch 16 ({e['new_tokens']['b16']} new tokens)")]:
+            v = e[key]
+            lines.append(f"| {label} | {v['notebook']:.2f} | {v['transformers']:.2f} | **{v['notebook'] / v['transformers']:.2f}x** |")
+        v = e["prefill_seconds"]
+        lines.append(f"| prefill seconds, {e['prefill_tokens']}-token prompt | {v['notebook']:.2f} | {v['transformers']:.2f} | "
+                     f"**{v['transformers'] / v['notebook']:.2f}x** faster |")
+        share = e["step_share"]
+        lines += ["", f"A batch-1 step reads {e['weight_bytes_per_step_b1'] / 1e9:.2f} GB of the {e['weight_bytes_total'] / 1e9:.2f} GB "
+                  f"of weights (lm_head alone {e['lm_head_bytes'] / 1e9:.2f} GB: with so few layers it is a large part)"
+                  + (f"; the MoE blocks take {share['moe_blocks_ms']:.1f} of the {share['step_ms']:.1f} ms step." if share else ".")]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

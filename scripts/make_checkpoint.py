@@ -9,9 +9,15 @@ and the published Qwen3 chat template.
 
     python scripts/make_checkpoint.py models/tiny                 # tiny model for tests
     python scripts/make_checkpoint.py models/bench --size 0.6B    # exact Qwen3-0.6B shapes
+    python scripts/make_checkpoint.py models/moe --size tiny-moe  # tiny Qwen3-MoE (30B-A3B layout)
 
 Options choose the layouts the notebook must read: tied embeddings with `lm_head.weight`
 stored (0.6B) or absent (4B), untied, sharded, the transformers 4.51 or 5.x config.
+
+MoE sizes ("tiny-moe", "30B-A3B-4layers") are made with `transformers.Qwen3MoeForCausalLM`
+and written as Qwen/Qwen3-30B-A3B is published: untied, config with `num_experts`, and each
+expert stored on its own (model.layers.{i}.mlp.experts.{e}.gate_proj/up_proj/down_proj.weight,
+router model.layers.{i}.mlp.gate.weight), although transformers 5 keeps the experts fused.
 """
 
 import argparse
@@ -28,6 +34,16 @@ SIZES = {
                  num_key_value_heads=2, head_dim=32, vocab_size=640, max_position_embeddings=512),
     "0.6B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                  num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960),
+    # Qwen3-MoE. "30B-A3B-4layers" is the published Qwen3-30B-A3B with 4 of its 48 layers;
+    # intermediate_size is the width of a dense layer (mlp_only_layers), moe_intermediate_size
+    # that of one expert.
+    "tiny-moe": dict(hidden_size=64, intermediate_size=160, moe_intermediate_size=48, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=640,
+                     max_position_embeddings=512, num_experts=8, num_experts_per_tok=2),
+    "30B-A3B-4layers": dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                            num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                            vocab_size=151936, max_position_embeddings=40960, num_experts=128,
+                            num_experts_per_tok=8),
 }
 
 # Qwen3's added tokens, in the published order; the first 14 are "special" (dropped by
@@ -81,17 +97,33 @@ def build_tokenizer(n_base_tokens):
     return tok
 
 
-def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51", dtype="bfloat16",
-          base=False, seed=0, with_generation_config=True, template_file=False):
+def is_moe(size):
+    return "num_experts" in SIZES[size]
+
+
+def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dtype="bfloat16",
+          base=False, seed=0, with_generation_config=True, template_file=False, *,
+          norm_topk_prob=True, mlp_only_layers=(), decoder_sparse_step=1, router_scale=1.0):
     """Write a checkpoint to out_dir and return the transformers model it was made from.
 
     lm_head: "present" (tied, lm_head.weight stored too, as Qwen3-0.6B), "absent" (tied,
-    not stored, as Qwen3-4B) or "untied" (its own matrix, as Qwen3-8B).
+    not stored, as Qwen3-4B) or "untied" (its own matrix, as Qwen3-8B and Qwen3-30B-A3B);
+    None: as published, "present" for dense sizes, "untied" for MoE sizes.
+    MoE sizes only: norm_topk_prob, mlp_only_layers (layers with a dense MLP),
+    decoder_sparse_step (layer i is sparse when (i + 1) % step == 0) and router_scale (router
+    weights multiplied by it). Keep router_scale 1 for tests: a sharper softmax makes top-k
+    near-ties no rarer (the ordering is unchanged) and amplifies rounding: transformers' own
+    float32 implementations differ on tiny-moe by 2e-5 at 1, 5e-5 at 2, 2e-4 at 4.
     """
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from safetensors.torch import save_file
 
+    moe = is_moe(size)
+    if lm_head is None:
+        lm_head = "untied" if moe else "present"
     assert lm_head in ("present", "absent", "untied") and config_layout in ("4.51", "5")
+    assert moe or (norm_topk_prob is True and not mlp_only_layers and decoder_sparse_step == 1
+                   and router_scale == 1.0), "MoE options need a MoE size"
     shape = SIZES[size]
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(n_base_tokens=400)
@@ -102,22 +134,28 @@ def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51
     eos_token_id = eot if base else eos
 
     torch.manual_seed(seed)
-    config = Qwen3Config(**shape, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-                         rms_norm_eps=1e-6, tie_word_embeddings=(lm_head != "untied"),
-                         bos_token_id=eot, eos_token_id=eos_token_id, pad_token_id=None,
-                         attention_bias=False, use_sliding_window=False)
-    model = Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)  # a fresh model has all ones: randomise so misplaced norms show
-            elif name.endswith("embed_tokens.weight"):
-                p.normal_(0.0, 1.0)
-            else:  # linear layers strong enough that the layers, not the tied embedding, decide the
-                p.normal_(0.0, 2.0 * p.shape[1] ** -0.5)  # next token: varied text, few near-ties
-    model = model.to(getattr(torch, dtype))
+    common = dict(rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                  rms_norm_eps=1e-6, tie_word_embeddings=(lm_head != "untied"),
+                  bos_token_id=eot, eos_token_id=eos_token_id, pad_token_id=None,
+                  attention_bias=False, use_sliding_window=False)
+    if moe:
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        moe_options = dict(norm_topk_prob=norm_topk_prob, mlp_only_layers=list(mlp_only_layers),
+                           decoder_sparse_step=decoder_sparse_step)
+        config = Qwen3MoeConfig(**shape, **moe_options, **common)
+        # made directly in `dtype` (30B-A3B-4layers has 3e9 parameters), rotary inv_freq kept in
+        # float32 as from_pretrained keeps it
+        model = Qwen3MoeForCausalLM._from_config(config, dtype=getattr(torch, dtype)).eval()
+        randomise(model, router_scale)
+    else:
+        config = Qwen3Config(**shape, **common)
+        model = Qwen3ForCausalLM(config).eval()
+        randomise(model)
+        model = model.to(getattr(torch, dtype))
 
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if moe:
+        state = per_expert_layout(state)
     if lm_head == "present":
         state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
     elif lm_head == "absent":
@@ -147,11 +185,17 @@ def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51
         "sliding_window": None, "use_sliding_window": False, "use_cache": True,
         "tie_word_embeddings": lm_head != "untied",
     }
-    if config_layout == "4.51":  # as published: top-level rope_theta (an int), torch_dtype
-        cfg.update(rope_theta=1000000, rope_scaling=None, torch_dtype=dtype, transformers_version="4.51.0")
-    else:  # as transformers 5 writes it
+    if moe:  # as Qwen3-30B-A3B is published
+        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", **moe_options,
+                   output_router_logits=False, router_aux_loss_coef=0.001)
+    if config_layout == "4.51":  # as published: top-level rope_theta (an int; 30B-A3B: a float), torch_dtype
+        cfg.update(rope_theta=1000000.0 if moe else 1000000, rope_scaling=None, torch_dtype=dtype,
+                   transformers_version="4.51.0")
+    else:  # as transformers 5 writes it (MoE: "num_local_experts", not "num_experts")
         cfg.update(rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"}, dtype=dtype,
                    transformers_version="5.0.0")
+        if moe:
+            cfg["num_local_experts"] = cfg.pop("num_experts")
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
@@ -187,6 +231,37 @@ def build(out_dir, size="tiny", lm_head="present", shards=1, config_layout="4.51
     return model
 
 
+def randomise(model, router_scale=1.0):
+    """Random weights in place, every RMSNorm weight included."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)  # a fresh model has all ones: randomise so misplaced norms show
+            elif name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 1.0)
+            else:  # linear layers strong enough that the layers, not the tied embedding, decide the
+                p.normal_(0.0, 2.0 * p.shape[-1] ** -0.5)  # next token: varied text, few near-ties
+                if name.endswith("mlp.gate.weight"):  # the MoE router, (experts, hidden)
+                    p.mul_(router_scale)
+
+
+def per_expert_layout(state):
+    """transformers 5's fused experts -> the published layout, one tensor per expert:
+    experts.gate_up_proj (E, 2F, D) = [gate; up] per expert, experts.down_proj (E, D, F)
+    -> experts.{e}.gate_proj.weight (F, D), .up_proj.weight (F, D), .down_proj.weight (D, F)."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            prefix, f = name[:-len("gate_up_proj")], t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = t[e, :f].contiguous()
+                out[f"{prefix}{e}.up_proj.weight"] = t[e, f:].contiguous()
+                out[f"{prefix}{e}.down_proj.weight"] = state[prefix + "down_proj"][e].contiguous()
+        elif not name.endswith("mlp.experts.down_proj"):
+            out[name] = t
+    return out
+
+
 def cached(path, size="tiny"):
     """A random checkpoint of `size` at path, built once and reused (benchmarks, pictures)."""
     if not os.path.exists(os.path.join(path, "config.json")):
@@ -199,14 +274,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir")
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    p.add_argument("--lm-head", choices=["present", "absent", "untied"], default="present")
+    p.add_argument("--lm-head", choices=["present", "absent", "untied"], default=None,
+                   help="default: as published, present for dense sizes, untied for MoE sizes")
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--config-layout", choices=["4.51", "5"], default="4.51")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--base", action="store_true", help="a -Base model: stops on <|endoftext|> only")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-norm-topk-prob", action="store_true", help="MoE: keep the top-k softmax weights as they are")
+    p.add_argument("--mlp-only-layers", type=int, nargs="*", default=[], help="MoE: layers with a dense MLP")
+    p.add_argument("--decoder-sparse-step", type=int, default=1, help="MoE: layer i sparse when (i+1) %% step == 0")
+    p.add_argument("--router-scale", type=float, default=1.0, help="MoE: router weights multiplied by this")
     a = p.parse_args()
-    build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed)
+    moe = dict(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
+               decoder_sparse_step=a.decoder_sparse_step, router_scale=a.router_scale) if is_moe(a.size) else {}
+    build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed, **moe)
     print(f"wrote a random {a.size} Qwen3 checkpoint to {a.out_dir}")
 
 

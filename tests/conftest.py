@@ -17,6 +17,10 @@ from notebook_engine import load_engine  # noqa: E402
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Where the engine (and the transformers reference it is compared with) runs: "cpu" unless told, e.g.
+# QWEN3_TEST_DEVICE=cuda (benchmarks/device_check.sh). Inputs are made on the CPU, as before, then moved.
+TEST_DEVICE = os.environ.get("QWEN3_TEST_DEVICE", "cpu")
+
 # name -> build() options. "tiny" is laid out as Qwen3-0.6B is published.
 VARIANTS = {
     "tiny": {},
@@ -44,19 +48,20 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def engine(checkpoints):
-    """engine(variant="tiny", dtype="float32") -> the notebook's namespace on that checkpoint."""
+    """engine(variant="tiny", dtype="float32") -> the notebook's namespace on that checkpoint, on TEST_DEVICE."""
     cache = {}
 
     def get(variant="tiny", dtype="float32"):
         if (variant, dtype) not in cache:
-            cache[variant, dtype] = load_engine(checkpoints(variant), dtype=dtype)
+            cache[variant, dtype] = load_engine(checkpoints(variant), device=TEST_DEVICE, dtype=dtype)
         return cache[variant, dtype]
     return get
 
 
 @pytest.fixture(scope="session")
 def reference(checkpoints):
-    """reference(variant="tiny", dtype=torch.float32, attn="eager") -> transformers Qwen3ForCausalLM."""
+    """reference(variant="tiny", dtype=torch.float32, attn="eager") -> transformers Qwen3ForCausalLM
+    on TEST_DEVICE (pass it inputs there: `ids.to(model.device)`)."""
     from transformers import Qwen3ForCausalLM
     cache = {}
 
@@ -64,7 +69,7 @@ def reference(checkpoints):
         key = (variant, dtype, attn)
         if key not in cache:
             cache[key] = Qwen3ForCausalLM.from_pretrained(checkpoints(variant), dtype=dtype,
-                                                          attn_implementation=attn).eval()
+                                                          attn_implementation=attn).to(TEST_DEVICE).eval()
         return cache[key]
     return get
 

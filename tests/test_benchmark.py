@@ -6,21 +6,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import TEST_DEVICE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_quick_benchmark_writes_its_report(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "benchmark.py"), "--quick", "--out", str(tmp_path)],
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "benchmark.py"), "--quick", "--out", str(tmp_path),
+                          "--device", TEST_DEVICE],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1].startswith("ratios (notebook / transformers speed): decode_b1 ")
     report = json.loads((tmp_path / "benchmark-quick.json").read_text())
-    for key in ("decode_b1", "decode_b16", "prefill", "b1_vs_roofline", "sweep_b1", "sweep_b4", "sweep_b16", "sweep_b64"):
+    for key in ("decode_b1", "decode_b16", "prefill_64", "int8_vs_bf16_decode_b1", "b1_vs_roofline", "sweep_b1",
+                "sweep_b4", "sweep_b16", "sweep_b64", "moe_decode_b1", "moe_decode_b16", "moe_prefill"):
         assert report["ratios"][key] > 0
+    assert report["machine"]["name"] and report["kernels"]["weights"] in ("plain", "packed")
+    assert "/" not in report["checkpoint"]  # no paths of the machine that ran it
     step = report["step_breakdown"]["1"]
-    assert 0 < step["notebook_products_inside_step_ms"] < step["notebook_step_same_run_ms"]
-    assert {"weight_matmul_floor_ms", "notebook_ms", "transformers_ms", "roofline_ms"} <= set(step)
-    assert report["memory"]["rss_growth"] > 0 and report["memory"]["budget_bytes"] > report["memory"]["checkpoint_file_bytes"]
+    if TEST_DEVICE == "cpu":  # timed call by call on the CPU only (benchmark.py: time_inside_step)
+        assert 0 < step["notebook_products_inside_step_ms"] < step["notebook_step_same_run_ms"]
+        assert 0 < report["moe"]["step_share"]["moe_blocks_ms"] < report["moe"]["step_share"]["step_ms"]
+    assert {"weight_matmul_floor_ms", "notebook_ms", "notebook_int8_ms", "transformers_ms", "roofline_ms"} <= set(step)
+    for quant in ("none", "int8"):
+        memory = report["memory"][quant]
+        assert memory["rss_growth"] > 0 and memory["budget_bytes"] > memory["checkpoint_file_bytes"]
+    assert report["memory"]["int8"]["weight_bytes"] < report["memory"]["none"]["weight_bytes"]
     table = (tmp_path / "benchmark-quick.md").read_text()
     assert "| decode tokens/s, batch 1 (16 new tokens) |" in table and "inside a notebook step" in table
+    assert "Machine: **" in table and "Mixture of experts" in table and "llama.cpp" in table
     assert (tmp_path / "benchmark-quick.png").stat().st_size > 10_000

@@ -92,7 +92,8 @@ def im_end_at_step_4(q):
 
     def fake_sample(logits, *args, **kwargs):
         calls.append(1)
-        return torch.full((logits.shape[0],), q.tokenizer.token_to_id("<|im_end|>") if len(calls) == 4 else 7)
+        return torch.full((logits.shape[0],), q.tokenizer.token_to_id("<|im_end|>") if len(calls) == 4 else 7,
+                          device=logits.device)
     return fake_sample
 
 

@@ -1,6 +1,7 @@
 """Bad input gets a clear error that names what is wrong; afterwards the engine still works."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -79,9 +80,18 @@ def test_missing_weights_file(broken):
         load_engine(broken)
 
 
+@pytest.mark.parametrize("setting, value, allowed", [
+    ("QWEN3_DTYPE", "float64", "auto, bfloat16, float32"),
+    ("QWEN3_MATMUL", "fast", "auto, native, widen, packed"),
+    ("QWEN3_KV_DTYPE", "bfloat16", "auto, model, float32"),
+    ("QWEN3_QUANT", "int4", "none, int8"),
+])
+def test_bad_setting_names_the_allowed_values(checkpoints, setting, value, allowed):
+    with pytest.raises(ValueError, match=f"{setting}='{value}' is not a valid setting: use one of {allowed}"):
+        load_engine(checkpoints("tiny"), **{setting: value})
+
+
 def test_bad_settings(checkpoints):
-    with pytest.raises(ValueError, match="QWEN3_DTYPE='float64' is not supported"):
-        load_engine(checkpoints("tiny"), dtype="float64")
     with pytest.raises(ValueError, match="QWEN3_DEVICE='gpu' is not a device"):
         load_engine(checkpoints("tiny"), device="gpu")
     if not torch.cuda.is_available():
@@ -158,3 +168,92 @@ def test_bad_forward_and_cache_arguments(engine):
 def test_prompts_may_be_tensors(engine):
     q = engine()
     assert q.generate([torch.tensor([5, 6, 7])], 4).tokens == q.generate([[5, 6, 7]], 4).tokens
+
+
+# --- damaged downloads: a plain ValueError that names the file and says to download again ---
+
+DAMAGED = r"is damaged or incomplete .*download the checkpoint again"
+
+
+def truncate(path, size):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def assert_damaged(model_dir, damaged_file):
+    with pytest.raises(ValueError, match=DAMAGED) as info:
+        load_engine(model_dir)
+    assert type(info.value) is ValueError, type(info.value)   # not safetensors' SafetensorError
+    assert re.search(re.escape(str(damaged_file)), str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("cut", ["header", "data"])
+def test_safetensors_cut_short(broken, cut):
+    path = broken / "model.safetensors"
+    truncate(path, 20 if cut == "header" else path.stat().st_size - 100)
+    assert_damaged(broken, path)
+
+
+@pytest.fixture
+def broken_sharded(checkpoints, tmp_path):
+    """A copy of the sharded checkpoint to damage."""
+    path = tmp_path / "sharded"
+    shutil.copytree(checkpoints("sharded"), path)
+    return path
+
+
+def shards(path):
+    weight_map = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+    names = sorted(set(weight_map.values()))
+    assert len(names) == 3 and not (path / "model.safetensors").exists()
+    return [path / n for n in names]
+
+
+@pytest.mark.parametrize("cut", ["header", "data"])
+def test_shard_cut_short(broken_sharded, cut):
+    shard = shards(broken_sharded)[1]
+    truncate(shard, 20 if cut == "header" else shard.stat().st_size - 100)
+    assert_damaged(broken_sharded, shard)
+
+
+def test_shard_listed_in_index_but_missing(broken_sharded):
+    shard = shards(broken_sharded)[2]
+    shard.unlink()
+    with pytest.raises(FileNotFoundError, match=r"listed in .*model\.safetensors\.index\.json but missing") as info:
+        load_engine(broken_sharded)
+    assert re.search(re.escape(str(shard)), str(info.value)), str(info.value)
+
+
+def test_tokenizer_json_does_not_parse(broken):
+    path = broken / "tokenizer.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"does not parse as a tokenizer.*download the checkpoint again") as info:
+        load_engine(broken)
+    assert re.search(re.escape(str(path)), str(info.value)), str(info.value)
+
+
+def test_tokenizer_config_json_does_not_parse(broken):
+    path = broken / "tokenizer_config.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON") as info:
+        load_engine(broken)
+    assert re.search(re.escape(str(path)), str(info.value)), str(info.value)
+
+
+# --- a model this notebook does not implement is refused by name ---
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "llama"])
+def test_unsupported_model_type(broken, model_type):
+    edit_config(broken, model_type=model_type)
+    with pytest.raises(ValueError, match=f"has '{model_type}'") as info:
+        load_engine(broken)
+    message = str(info.value)
+    assert "'qwen3'" in message and "'qwen3_moe'" in message, message
+    assert re.search(re.escape(str(broken / "config.json")), message), message
+
+
+def test_config_without_model_type(broken):
+    edit_config(broken, model_type=None)
+    with pytest.raises(ValueError, match="has no model_type") as info:
+        load_engine(broken)
+    assert "'qwen3'" in str(info.value) and "'qwen3_moe'" in str(info.value)

@@ -12,7 +12,7 @@ def test_float32_logits_equal_reference(engine, reference, variant):
     ids = random_ids(3, 33, seed=7)
     ours = q.forward(ids)
     assert ours.dtype == torch.float32 and ours.shape == (3, 33, q.config.vocab_size)
-    torch.testing.assert_close(ours, model(ids).logits, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours, model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
 
 
 def test_checkpoint_layouts_are_read(engine):
@@ -32,8 +32,8 @@ def test_bf16_logits_within_transformers_own_rounding(engine, reference):
     eager, sdpa = reference(dtype=torch.bfloat16), reference(dtype=torch.bfloat16, attn="sdpa")
     for rows in (1, 16):  # 16 rows take the float32-tile matmul path on CPU
         ids = random_ids(rows, 40, seed=rows)
-        theirs = eager(ids).logits.float()
-        budget = (sdpa(ids).logits.float() - theirs).abs()
+        theirs = eager(ids.to(eager.device)).logits.float()
+        budget = (sdpa(ids.to(sdpa.device)).logits.float() - theirs).abs()
         ours = (q.forward(ids) - theirs).abs()
         assert ours.max() <= budget.max() and ours.mean() <= budget.mean(), (ours.max(), budget.max())
 
@@ -74,7 +74,7 @@ def first_divergence_is_near_tie(model, prompt, ours, theirs):
     """True when ours and theirs agree, or split where the reference's top-2 margin is < 1e-4."""
     for i, (a, b) in enumerate(zip(ours, theirs)):
         if a != b:
-            logits = model(torch.tensor([prompt + theirs[:i]])).logits[0, -1]
+            logits = model(torch.tensor([prompt + theirs[:i]], device=model.device)).logits[0, -1]
             top2 = logits.topk(2).values
             margin = (top2[0] - top2[1]).item()
             print(f"divergence at new token {i}: reference top-2 margin {margin:.2e}")
@@ -87,7 +87,7 @@ def test_greedy_generation_equals_transformers(engine, reference, variant):
     q, model = engine(variant), reference(variant)
     prompt = q.encode(q.render_chat([{"role": "user", "content": "Hello, who are you?"}]))
     ours = q.generate([prompt], 40).tokens[0]
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False)
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=40, do_sample=False)
     theirs = out[0, len(prompt):].tolist()
     assert len(set(theirs)) > 5, "the test checkpoint should produce varied text"
     assert first_divergence_is_near_tie(model, prompt, ours, theirs)
@@ -100,8 +100,8 @@ def test_batched_generation_equals_transformers_and_single_runs(engine, referenc
     batch = q.generate(prompts, 24)
     longest = max(map(len, prompts))
     pad = q.tokenizer.token_to_id("<|endoftext|>")
-    input_ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
+    input_ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts], device=model.device)
+    attention_mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=24, do_sample=False,
                          pad_token_id=pad)
     for b, p in enumerate(prompts):

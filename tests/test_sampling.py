@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from conftest import TEST_DEVICE
+
 
 def test_top_k_1_and_tiny_top_p_equal_greedy(engine):
     q = engine()
@@ -23,9 +25,9 @@ def test_seeded_sampling_repeats(engine):
 
 
 def frequencies(q, logits, n=40000, **kw):
-    g = torch.Generator().manual_seed(0)
-    draws = q.sample(logits.expand(n, -1).clone(), generator=g, **kw)
-    return torch.bincount(draws, minlength=logits.shape[-1]).float() / n
+    g = torch.Generator(device=TEST_DEVICE).manual_seed(0)
+    draws = q.sample(logits.to(TEST_DEVICE).expand(n, -1).clone(), generator=g, **kw)
+    return torch.bincount(draws, minlength=logits.shape[-1]).float().cpu() / n
 
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.0])
@@ -50,4 +52,4 @@ def test_top_k_and_top_p_renormalise(engine):
 
 def test_greedy_takes_first_maximum(engine):
     q = engine()
-    assert q.sample(torch.tensor([[1.0, 3.0, 3.0, -math.inf]])).tolist() == [1]
+    assert q.sample(torch.tensor([[1.0, 3.0, 3.0, -math.inf]], device=TEST_DEVICE)).tolist() == [1]

@@ -1,0 +1,110 @@
+"""QWEN3_QUANT=int8: the notebook computes exactly what transformers computes on weights replaced by
+q * s (so quantization is the only difference, and it is really applied), dense and MoE."""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import make_checkpoint
+from conftest import TEST_DEVICE, random_ids
+from notebook_engine import load_engine
+
+
+def dequantized_copy(src, dst):
+    """A copy of checkpoint src whose every weight matrix (not norms, not MoE routers) is replaced by
+    q * s, computed as the scheme says: s = max|row| / 127 in float32, q = round(W / s) in [-127, 127]."""
+    shutil.copytree(src, dst)
+    for path in dst.glob("*.safetensors"):
+        tensors = load_file(path)
+        for name, w in tensors.items():
+            if w.dim() == 2 and not name.endswith("mlp.gate.weight"):
+                w32 = w.float()
+                s = w32.abs().amax(dim=1, keepdim=True) / 127
+                q = torch.round(w32 / torch.where(s == 0, 1.0, s)).clamp(-127, 127)
+                tensors[name] = q * s  # float32: exact q * s
+        save_file(tensors, path, metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture(scope="module")
+def int8_pair(tmp_path_factory, checkpoints):
+    """kind -> (int8 engine, unquantized engine, transformers on the q*s copy), float32 activations."""
+    from transformers import AutoModelForCausalLM
+    root, cache = tmp_path_factory.mktemp("int8"), {}
+
+    def get(kind="dense"):
+        if kind not in cache:
+            src = checkpoints("tiny") if kind == "dense" else root / "moe"
+            if kind == "moe":
+                make_checkpoint.build(str(src), size="tiny-moe", seed=6)
+            copy = dequantized_copy(src, root / f"{kind}-qs")
+            reference = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float32, attn_implementation="eager")
+            cache[kind] = (load_engine(src, device=TEST_DEVICE, dtype="float32", QWEN3_QUANT="int8"),
+                           load_engine(src, device=TEST_DEVICE, dtype="float32"),
+                           reference.to(TEST_DEVICE).eval())
+        return cache[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_int8_logits_equal_reference_on_quantized_weights(int8_pair, kind):
+    q8, full, model = int8_pair(kind)
+    ids = random_ids(2, 40, high=400, seed=51)
+    expected = model(ids.to(model.device)).logits
+    torch.testing.assert_close(q8.forward(ids), expected, atol=1e-4, rtol=0)
+    assert (full.forward(ids) - expected).abs().max() > 1e-2  # unquantized: far off, so int8 really was applied
+
+
+@pytest.mark.parametrize("form", ["int8", "int8_tiles"])
+def test_each_int8_form_equals_reference(int8_pair, monkeypatch, form):
+    q8, _, model = int8_pair()
+    if form == "int8" and TEST_DEVICE == "cuda":
+        pytest.skip("aten's fused int8 kernel is CPU/MPS")
+    monkeypatch.setitem(q8.KERNELS, "int8", {float("inf"): form})
+    ids = random_ids(2, 30, high=400, seed=52)
+    torch.testing.assert_close(q8.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
+
+
+def test_int8_weights_as_documented(int8_pair):
+    q8, full, _ = int8_pair()
+    w = q8.weights
+    assert w.lm_head is w.embed_tokens and isinstance(w.embed_tokens, q8.Int8Weight)  # tied: one int8 table
+    layer = w.layers[0]
+    for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+        m = getattr(layer, name)
+        assert m.q.dtype == torch.int8 and m.scale.dtype == torch.float32 and m.q.abs().max() <= 127
+    assert layer.input_layernorm.dtype == torch.float32 and layer.qk_norm.dtype == torch.float32  # norms stay
+    x = torch.randn(3, q8.config.hidden_size, device=q8.device)
+    qkv = q8.linear(x, layer.qkv_proj)  # per-projection views are rows of the stacked int8 matrix
+    H, KV, hd = q8.config.num_attention_heads, q8.config.num_key_value_heads, q8.config.head_dim
+    torch.testing.assert_close(q8.linear(x, layer.k_proj), qkv[:, H * hd:(H + KV) * hd])
+    moe_layer = int8_pair("moe")[0].weights.layers[0]
+    experts = moe_layer.experts_gate_up  # an Int8Weight of the MoE engine (its own module, its own class)
+    assert type(experts).__name__ == "Int8Weight" and experts.q.dim() == 3 and experts.scale.dim() == 2  # (E, 2F)
+    assert moe_layer.router.dtype == torch.float32  # routers stay in the model dtype
+
+
+def test_int8_batched_generation_equals_single_runs(int8_pair):
+    q8 = int8_pair()[0]
+    prompts = [random_ids(1, n, high=400, seed=n)[0].tolist() for n in (5, 17, 11)]
+    batched = q8.generate(prompts, 8).tokens
+    assert batched == [q8.generate([p], 8).tokens[0] for p in prompts]
+
+
+def test_quant_none_is_the_engine_without_the_setting(checkpoints):
+    pinned = dict(QWEN3_MATMUL="native", QWEN3_KV_DTYPE="model")  # the same kernels in both
+    without = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16", **pinned)
+    with_none = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16", QWEN3_QUANT="none", **pinned)
+    ids = random_ids(2, 30, seed=53)
+    assert torch.equal(with_none.forward(ids), without.forward(ids))
+
+
+def test_zero_row_quantizes_to_zeros(int8_pair):
+    q8 = int8_pair()[0]
+    w = torch.randn(4, 8)
+    w[2] = 0
+    quantized = q8.quantize_int8(w)
+    assert quantized.scale[2] == 0 and not quantized.q[2].any() and torch.isfinite(quantized.dequantize(torch.float32)).all()
+    torch.testing.assert_close(quantized.dequantize(torch.float32), w, atol=w.abs().max().item() / 254, rtol=0)

@@ -1,0 +1,106 @@
+"""Every kernel form the calibration can choose gives the reference's results when forced, and the
+defaults (dtype, KV cache, prefill attention) are chosen as documented."""
+
+import pytest
+import torch
+
+from conftest import TEST_DEVICE, random_ids
+from notebook_engine import load_engine
+
+FORCED = [dict(QWEN3_MATMUL=m) for m in ("native", "widen", "packed")] + [
+    dict(QWEN3_KV_DTYPE=k) for k in ("model", "float32")]
+
+
+@pytest.fixture(scope="module")
+def forced(checkpoints):
+    cache = {}
+
+    def get(dtype, **env):
+        key = (dtype, tuple(sorted(env.items())))
+        if key not in cache:
+            cache[key] = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype=dtype, **env)
+        return cache[key]
+    return get
+
+
+def cpu_only(env):
+    if TEST_DEVICE != "cpu" and env.get("QWEN3_MATMUL") in ("widen", "packed"):
+        pytest.skip("widen and packed are CPU forms")
+
+
+@pytest.mark.parametrize("env", FORCED, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
+def test_forced_form_float32_equals_reference(forced, reference, env):
+    cpu_only(env)
+    q, model = forced("float32", **env), reference()
+    ids = random_ids(2, 300, seed=41)  # 300 tokens: prefill attention in query blocks of ATTENTION_BLOCK
+    torch.testing.assert_close(q.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
+    tokens = q.generate([ids[0, :20].tolist(), ids[1, :7].tolist()], 6).tokens  # decode steps, a padded batch
+    assert tokens[1] == q.generate([ids[1, :7].tolist()], 6).tokens[0]
+
+
+@pytest.mark.parametrize("env", FORCED, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
+def test_forced_form_bf16_within_transformers_own_rounding(forced, reference, env):
+    cpu_only(env)
+    q = forced("bfloat16", **env)
+    eager, sdpa = reference(dtype=torch.bfloat16), reference(dtype=torch.bfloat16, attn="sdpa")
+    for rows in (1, 16):
+        ids = random_ids(rows, 40, seed=rows)
+        theirs = eager(ids.to(eager.device)).logits.float()
+        budget = (sdpa(ids.to(sdpa.device)).logits.float() - theirs).abs()
+        ours = (q.forward(ids).to(theirs.device) - theirs).abs()
+        assert ours.max() <= budget.max() and ours.mean() <= budget.mean(), (env, ours.max(), budget.max())
+
+
+def test_forced_settings_pin_the_choices(forced):
+    if TEST_DEVICE != "cpu":
+        pytest.skip("CPU forms")
+    assert set(forced("bfloat16", QWEN3_MATMUL="native").KERNELS["plain"].values()) == {"native"}
+    assert set(forced("bfloat16", QWEN3_MATMUL="widen").KERNELS["plain"].values()) == {"widen"}
+    packed = forced("bfloat16", QWEN3_MATMUL="packed")
+    assert packed.KERNELS["weights"] == "packed"
+    layer = packed.weights.layers[0]
+    assert all(getattr(layer, n).is_mkldnn for n in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
+    assert not packed.weights.embed_tokens.is_mkldnn  # tied: the lookup table stays plain (and serves lm_head)
+    plain = forced("bfloat16", QWEN3_MATMUL="native").weights.layers[0]
+    assert torch.equal(layer.k_proj, plain.k_proj) and torch.equal(layer.up_proj, plain.up_proj)  # views still read
+    assert forced("bfloat16", QWEN3_KV_DTYPE="float32").make_cache(1, 4).k.dtype == torch.float32
+    assert forced("bfloat16", QWEN3_KV_DTYPE="model").make_cache(1, 4).k.dtype == torch.bfloat16
+
+
+def test_calibration_fills_every_row_count(forced):
+    kernels = forced("bfloat16").KERNELS  # auto: whatever this machine measured
+    assert max(kernels["plain"]) == float("inf") and max(kernels["int8"]) == float("inf")
+    assert set(kernels["plain"].values()) <= {"native", "widen"}
+    assert kernels["kv_cache"] in ("model", "float32") and kernels["weights"] in ("plain", "packed")
+
+
+def test_prefill_attention_blocks_equal_one_block(forced, monkeypatch):
+    q = forced("float32", QWEN3_MATMUL="native")
+    ids = random_ids(2, 260, seed=42)
+    blocked = q.forward(ids)
+    monkeypatch.setitem(q._module.__dict__, "ATTENTION_BLOCK", 10_000)
+    torch.testing.assert_close(q.forward(ids), blocked, atol=1e-4, rtol=0)  # float32: the order of sums differs
+
+
+def test_attention_block_never_reads_future_keys(forced, monkeypatch):
+    """A block of queries gets only the keys up to its own last position: NaN in later keys cannot leak."""
+    q = forced("float32", QWEN3_MATMUL="native")
+    B, T, H, KV, hd, block = 1, 10, 4, 2, 8, q.ATTENTION_BLOCK
+    monkeypatch.setitem(q._module.__dict__, "ATTENTION_BLOCK", 4)
+    qs, k, v = torch.randn(B, T, H, hd), torch.randn(B, KV, T, hd), torch.randn(B, KV, T, hd)
+    mask = q.attention_mask(torch.zeros(B, dtype=torch.long), 0, T, T).float()
+    clean = q.attention(qs, k, v, mask)
+    k[:, :, 8:], v[:, :, 8:] = float("nan"), float("nan")  # keys of the last block only
+    poisoned = q.attention(qs, k, v, mask)
+    assert torch.equal(poisoned[:, :8], clean[:, :8]) and torch.isnan(poisoned[:, 8:]).all()
+    assert block == 128
+
+
+def test_auto_dtype(forced, monkeypatch):
+    q = forced("auto")
+    assert q.dtype == torch.bfloat16 if TEST_DEVICE == "cpu" else q.dtype in (torch.bfloat16, torch.float32)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4
+    assert q.pick_dtype("auto", torch.device("cuda"))[0] == torch.float32
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
+    assert q.pick_dtype("auto", torch.device("cuda"))[0] == torch.bfloat16
+    assert q.pick_dtype("float32", torch.device("cpu"))[0] == torch.float32
