@@ -87,3 +87,18 @@ def test_bf16_logits_within_transformers_own_rounding(moe):
         ours = (q16.forward(ids).float() - exact).abs().amax(-1)    # per-token max error
         theirs = (ref16(ids.to(ref16.device)).logits.float() - exact).abs().amax(-1)
         assert ours.median() <= 1.5 * theirs.median(), (ours.median(), theirs.median())
+
+
+def test_memory_preflight_for_moe_sizes(moe, monkeypatch):
+    """Qwen3-30B-A3B needs about 61 GB in bf16 and half that in int8; a preflight that fails says so."""
+    import dataclasses
+    q, _ = moe()
+    full = dataclasses.replace(q.config, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                               num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                               vocab_size=151936, num_experts=128, num_experts_per_tok=8, tie_word_embeddings=False)
+    bf16 = q.weight_bytes(q.expected_shapes(full), torch.bfloat16, "none")
+    int8 = q.weight_bytes(q.expected_shapes(full), torch.bfloat16, "int8")
+    assert 60.5e9 < bf16 < 61.5e9 and 30.5e9 < int8 < 31.0e9, (bf16, int8)
+    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: 10_000)
+    with pytest.raises(MemoryError, match=r"the weights need .* free: use a smaller model, or QWEN3_QUANT=int8 \(\d"):
+        q.load_weights(q.MODEL_DIR, q.config, q.device, q.dtype)
