@@ -87,6 +87,7 @@ def test_attention_block_never_reads_future_keys(forced, monkeypatch):
     q = forced("float32", QWEN3_MATMUL="native")
     B, T, H, KV, hd, block = 1, 10, 4, 2, 8, q.ATTENTION_BLOCK
     monkeypatch.setitem(q._module.__dict__, "ATTENTION_BLOCK", 4)
+    monkeypatch.setitem(q._module.__dict__, "KEY_STEP", 4)
     qs, k, v = torch.randn(B, T, H, hd), torch.randn(B, KV, T, hd), torch.randn(B, KV, T, hd)
     mask = q.attention_mask(torch.zeros(B, dtype=torch.long), 0, T, T).float()
     clean = q.attention(qs, k, v, mask)
@@ -104,3 +105,28 @@ def test_auto_dtype(forced, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
     assert q.pick_dtype("auto", torch.device("cuda"))[0] == torch.bfloat16
     assert q.pick_dtype("float32", torch.device("cpu"))[0] == torch.float32
+
+
+def test_decode_reads_whole_key_steps_and_prefill_uses_few_shapes(forced, monkeypatch):
+    """Attention reads the cache in whole KEY_STEPs (slots past the chunk masked), prefill chunks come in
+    PREFILL_CHUNK, a multiple of KEY_STEP and a short tail: few matrix shapes, the same logits."""
+    q = forced("float32", QWEN3_MATMUL="native")
+    seen, real = [], q.attention
+    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, *a: seen.append(k.shape[2]) or real(qs, k, *a))
+    chunks, real_forward = [], q.forward_hidden
+    monkeypatch.setitem(q._module.__dict__, "forward_hidden", lambda ids, *a: chunks.append(ids.shape[1]) or real_forward(ids, *a))
+    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 256)
+    prompt = random_ids(1, 300, seed=43)[0].tolist()
+    q.generate([prompt], 3)
+    assert chunks == [256, 44, 1, 1]  # 300 = 256 + 0 * 128 + 44, then two decode steps
+    layers = q.config.num_hidden_layers
+    assert set(seen[-2 * layers:]) == {384}  # decode at slots 300, 301: keys 0..383, the rest masked
+    monkeypatch.undo()
+    cache = q.make_cache(1, 400)
+    q.forward(torch.tensor([prompt]), cache)
+    cache.k[:, :, :, 350:] = float("nan")  # as if the slots past the sequence held garbage
+    full = q.forward(torch.tensor([prompt + [5]]))
+    step = q.forward(torch.tensor([[5]]), cache, start_pos=300)
+    assert torch.isnan(step).any()  # NaN keys are read (0 * NaN): the cache must hold finite values there...
+    cache.k[:, :, :, 350:] = 0      # ...which make_cache guarantees (zeros), and then the mask hides them
+    torch.testing.assert_close(q.forward(torch.tensor([[5]]), cache, start_pos=300)[:, 0], full[:, -1], atol=1e-4, rtol=0)
