@@ -28,6 +28,7 @@ from pathlib import Path
 # tensors); this script imports torch before the notebook's cells run, so it sets it here. It changes
 # nothing for transformers, whose weights stay mapped from the checkpoint file.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # likewise (the notebook says why); both engines get it
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
