@@ -221,7 +221,7 @@ def dense_rows(a, device):
         "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "quick": quick},
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
-        "sweep_tokens_per_s": {str(b): v for b, v in sweep.items()},
+        "sweep_tokens_per_s": {str(b): v for b, v in sorted(sweep.items())},
         "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},
         "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep},
         "bandwidth_gb_s": live[1]["bandwidth_gb_s"], "weight_bytes_per_step": live[1]["weight_bytes"],
@@ -327,7 +327,8 @@ def markdown(r):
     ]
     for n, v in r["prefill_seconds"].items():
         lines.append(row(f"prefill seconds, {n}-token prompt (ratio: speed)", v, lower_better=True))
-    lines += ["", "| decode tokens/s (sweep, " + f"{r['new_tokens']['sweep']} new tokens) | notebook | transformers | ratio |",
+    lines += ["", f"| decode tokens/s by batch size ({r['new_tokens']['sweep']} new tokens; batch 1 and 16: the rows above) "
+              "| notebook | transformers | ratio |",
               "|---|---|---|---|"]
     for b, v in r["sweep_tokens_per_s"].items():
         lines.append(f"| batch {b} | {v['notebook']:.2f} | {v['transformers']:.2f} | {v['notebook'] / v['transformers']:.2f}x |")

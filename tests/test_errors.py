@@ -224,18 +224,14 @@ def test_shard_listed_in_index_but_missing(broken_sharded):
     assert re.search(re.escape(str(shard)), str(info.value)), str(info.value)
 
 
-def test_tokenizer_json_does_not_parse(broken):
-    path = broken / "tokenizer.json"
+@pytest.mark.parametrize("name, message", [
+    ("tokenizer.json", r"does not parse as a tokenizer.*download the checkpoint again"),
+    ("tokenizer_config.json", "not valid JSON"),
+])
+def test_tokenizer_file_does_not_parse(broken, name, message):
+    path = broken / name
     path.write_text("{not json")
-    with pytest.raises(ValueError, match=r"does not parse as a tokenizer.*download the checkpoint again") as info:
-        load_engine(broken)
-    assert re.search(re.escape(str(path)), str(info.value)), str(info.value)
-
-
-def test_tokenizer_config_json_does_not_parse(broken):
-    path = broken / "tokenizer_config.json"
-    path.write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON") as info:
+    with pytest.raises(ValueError, match=message) as info:
         load_engine(broken)
     assert re.search(re.escape(str(path)), str(info.value)), str(info.value)
 
