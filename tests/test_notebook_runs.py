@@ -1,6 +1,5 @@
 """The whole notebook, demo cells included, runs top to bottom in a real Jupyter kernel."""
 
-import os
 import time
 
 import pytest
@@ -10,12 +9,12 @@ from notebook_engine import NOTEBOOK
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev.txt)")
 
 
-def test_notebook_runs_end_to_end(checkpoints, tmp_path, monkeypatch):
+def run_notebook(model_dir, monkeypatch, **settings):
+    """Execute every cell in a real kernel; return the code cells, after checking none failed."""
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (requirements-dev.txt)")
-    monkeypatch.setenv("QWEN3_MODEL_DIR", str(checkpoints("tiny")))
-    monkeypatch.setenv("QWEN3_DEVICE", "cpu")
-    monkeypatch.setenv("QWEN3_DTYPE", "bfloat16")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    for key, value in dict(QWEN3_MODEL_DIR=str(model_dir), QWEN3_DEVICE="cpu", QWEN3_DTYPE="bfloat16",
+                           MPLBACKEND="Agg", **settings).items():
+        monkeypatch.setenv(key, value)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     start = time.perf_counter()
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
@@ -24,13 +23,27 @@ def test_notebook_runs_end_to_end(checkpoints, tmp_path, monkeypatch):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in code)
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not errors
+    assert not errors, [(e.ename, e.evalue) for e in errors]
+    return code
+
+
+def test_notebook_runs_end_to_end(checkpoints, monkeypatch):
+    code = run_notebook(checkpoints("tiny"), monkeypatch)
     text = "".join(o.get("text", "") for c in code for o in c.outputs)
-    assert "loaded" in text and "tokens/s" in text
+    assert "loaded" in text and "tokens/s" in text and "KERNELS =" in text
     # loading the weights shows a short summary, not a progress bar redrawn into many outputs
     loading = [c for c in code if "weights = load_weights(" in c.source]
     assert len(loading) == 1
     assert len(loading[0].outputs) <= 3, [o.get("text", o.output_type)[:200] for o in loading[0].outputs]
+
+
+def test_notebook_runs_on_a_moe_checkpoint_in_int8(tmp_path, monkeypatch):
+    """Every demo (the layer-0 walk, the mistakes, sessions, the MoE and int8 sections) on MoE + int8."""
+    import make_checkpoint
+    make_checkpoint.build(str(tmp_path / "moe"), size="tiny-moe")
+    code = run_notebook(tmp_path / "moe", monkeypatch, QWEN3_QUANT="int8")
+    text = "".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "weights int8" in text and "experts used by" in text and "int8 decodes" in text
 
 
 def test_committed_notebook_is_clean():
