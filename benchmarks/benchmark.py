@@ -1,6 +1,6 @@
 """Side-by-side benchmark: the notebook engine vs transformers, same machine, same checkpoint, one run.
 
-    python3 benchmarks/benchmark.py            # full run (about 25 minutes on 2 CPU cores)
+    python3 benchmarks/benchmark.py            # full run (about 12 minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
 
@@ -30,6 +30,7 @@ from pathlib import Path
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # likewise (the notebook says why); both engines get it
 import torch  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -187,7 +188,7 @@ def dense_rows(a, device):
         results[f"decode_b{batch}"] = measure(f"decode tokens/s, batch {batch}, {new} new tokens",
                                               {k: (lambda f=f: f(rows, new)[0]) for k, f in engines.items()}, runs)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
-    for batch in (1, 4, 16, 64):
+    for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
             rows = prompts(batch, 32, vocab, seed=batch)
             sweep[batch] = measure(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",

@@ -68,7 +68,7 @@ def test_softmax_is_stable(engine):
 def test_linear(engine, dtype):
     q, dt = engine(dtype=dtype), DTYPES[dtype]
     w = torch.randn(600, 64).to(TEST_DEVICE, dt)
-    for rows in (1, 3, 8, 40):  # bf16 uses a float32 tile path from 8 rows on
+    for rows in (1, 3, 8, 40):  # one row (decode) to a prefill chunk: the row buckets of KERNELS
         x = torch.randn(rows, 64).to(TEST_DEVICE, dt)
         close(q.linear(x, w), torch.nn.functional.linear(x, w), dtype)
 

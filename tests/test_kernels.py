@@ -67,13 +67,6 @@ def test_forced_settings_pin_the_choices(forced):
     assert forced("bfloat16", QWEN3_KV_DTYPE="model").make_cache(1, 4).k.dtype == torch.bfloat16
 
 
-def test_calibration_fills_every_row_count(forced):
-    kernels = forced("bfloat16").KERNELS  # auto: whatever this machine measured
-    assert max(kernels["plain"]) == float("inf") and max(kernels["int8"]) == float("inf")
-    assert set(kernels["plain"].values()) <= {"native", "widen"}
-    assert kernels["kv_cache"] in ("model", "float32") and kernels["weights"] in ("plain", "packed")
-
-
 def test_prefill_attention_blocks_equal_one_block(forced, monkeypatch):
     q = forced("float32", QWEN3_MATMUL="native")
     ids = random_ids(2, 260, seed=42)
@@ -90,9 +83,9 @@ def test_attention_block_never_reads_future_keys(forced, monkeypatch):
     monkeypatch.setitem(q._module.__dict__, "KEY_STEP", 4)
     qs, k, v = torch.randn(B, T, H, hd), torch.randn(B, KV, T, hd), torch.randn(B, KV, T, hd)
     mask = q.attention_mask(torch.zeros(B, dtype=torch.long), 0, T, T).float()
-    clean = q.attention(qs, k, v, mask)
+    clean = q.causal_attention(qs, k, v, mask, 0)
     k[:, :, 8:], v[:, :, 8:] = float("nan"), float("nan")  # keys of the last block only
-    poisoned = q.attention(qs, k, v, mask)
+    poisoned = q.causal_attention(qs, k, v, mask, 0)
     assert torch.equal(poisoned[:, :8], clean[:, :8]) and torch.isnan(poisoned[:, 8:]).all()
     assert block == 128
 
@@ -130,3 +123,33 @@ def test_decode_reads_whole_key_steps_and_prefill_uses_few_shapes(forced, monkey
     assert torch.isnan(step).any()  # NaN keys are read (0 * NaN): the cache must hold finite values there...
     cache.k[:, :, :, 350:] = 0      # ...which make_cache guarantees (zeros), and then the mask hides them
     torch.testing.assert_close(q.forward(torch.tensor([[5]]), cache, start_pos=300)[:, 0], full[:, -1], atol=1e-4, rtol=0)
+
+
+def test_choice_rules(forced):
+    """A form replaces the plain one only when clearly faster; packing only when never slower."""
+    q, inf = forced("bfloat16"), float("inf")
+    assert q.fastest({"native": 1.0, "widen": 0.95}, "native") == "native"  # 5%: within noise
+    assert q.fastest({"native": 1.0, "widen": 0.8}, "native") == "widen"
+    plain = {1: "native", 64: "native", inf: "widen"}
+    wins = {1: {"native": 1.0, "packed": 0.7}, 64: {"native": 1.0, "packed": 0.95}, inf: {"widen": 1.0, "packed": 1.05}}
+    assert q.packing_wins(wins, plain)
+    slower_somewhere = {**wins, inf: {"widen": 1.0, "packed": 1.3}}
+    assert not q.packing_wins(slower_somewhere, plain)
+    never_clearly_faster = {b: {p: 1.0, "packed": 0.97} for b, p in plain.items()}
+    assert not q.packing_wins(never_clearly_faster, plain)
+
+
+def test_calibrate_again_keeps_packed_weights_working(forced, reference):
+    if TEST_DEVICE != "cpu":
+        pytest.skip("packing is a CPU form")
+    q = forced("float32", QWEN3_MATMUL="packed")
+    q.calibrate()  # a second time: the weights stay packed, nothing breaks
+    assert q.KERNELS["weights"] == "packed"
+    ids = random_ids(1, 20, seed=44)
+    torch.testing.assert_close(q.forward(ids), reference()(ids.to(TEST_DEVICE)).logits, atol=1e-4, rtol=0)
+
+
+def test_small_models_keep_the_plain_forms(forced):
+    """Below the caches' size the timings are noise: the tiny model keeps native products, model-dtype cache."""
+    kernels = forced("bfloat16").KERNELS
+    assert set(kernels["plain"].values()) == {"native"} and kernels["weights"] == "plain" and kernels["kv_cache"] == "model"

@@ -81,7 +81,7 @@ def test_bf16_logits_within_transformers_own_rounding(moe):
     batched_mm + sdpa has 0.2x..5x the max of its grouped_mm + eager, but 0.9x..1.1x the median)."""
     q, ref32 = moe()
     q16, ref16 = moe(dtype="bfloat16")
-    for rows in (1, 16):  # 16 rows take the float32-tile matmul path on CPU
+    for rows in (1, 16):  # batch-1 and batch-16 shapes
         ids = random_ids(rows, 40, high=400, seed=rows)
         exact = ref32(ids.to(ref32.device)).logits
         ours = (q16.forward(ids).float() - exact).abs().amax(-1)    # per-token max error
@@ -102,3 +102,18 @@ def test_memory_preflight_for_moe_sizes(moe, monkeypatch):
     monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: 10_000)
     with pytest.raises(MemoryError, match=r"the weights need .* free: use a smaller model, or QWEN3_QUANT=int8 \(\d"):
         q.load_weights(q.MODEL_DIR, q.config, q.device, q.dtype)
+
+
+def test_decode_step_reads_only_the_chosen_experts(moe, monkeypatch):
+    """Batch-1 decoding multiplies by k experts' weights per sparse layer, never by all E."""
+    q, _ = moe()
+    cfg, calls = q.config, []
+    real = q.linear
+    monkeypatch.setitem(q._module.__dict__, "linear", lambda x, w: calls.append(tuple(w.shape)) or real(x, w))
+    cache = q.make_cache(1, 16)
+    q.forward(random_ids(1, 8, high=400, seed=5), cache)
+    calls.clear()
+    q.forward(random_ids(1, 1, high=400, seed=6), cache, start_pos=8)
+    expert_products = sum(shape == (2 * cfg.moe_intermediate_size, cfg.hidden_size) for shape in calls)
+    sparse_layers = sum(cfg.is_sparse(i) for i in range(cfg.num_hidden_layers))
+    assert expert_products == cfg.num_experts_per_tok * sparse_layers < cfg.num_experts * sparse_layers

@@ -113,3 +113,24 @@ def test_other_layouts_generate(engine, variant):
     q = engine(variant)
     result = q.generate([q.encode("The quick brown fox"), [1, 2]], 8)
     assert all(1 <= len(t) <= 8 for t in result.tokens)
+
+
+def test_session_interrupted_during_prefill_continues(engine, monkeypatch):
+    """Stop pressed while a turn's prompt is prefilled: the next turn reuses only what the cache holds."""
+    q = engine()
+    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
+    session = q.ChatSession(enable_thinking=False, temperature=0)
+    original, calls = q.forward_hidden, []
+
+    def interrupt_second_chunk(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(*args)
+    monkeypatch.setitem(q._module.__dict__, "forward_hidden", interrupt_second_chunk)
+    session.ask("Tell me a long story about tensors and caches", max_new_tokens=4, stream=False)
+    assert session.last.interrupted and len(session.cached_ids) == session.cache.filled == 16
+    monkeypatch.setitem(q._module.__dict__, "forward_hidden", original)
+    answer = session.ask("Again, please", max_new_tokens=6, stream=False)
+    prompt = q.encode(q.render_chat(session.messages[:-1], enable_thinking=False))
+    assert session.last.tokens[0] == q.generate([prompt], 6, temperature=0).tokens[0] and isinstance(answer, str)
