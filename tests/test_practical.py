@@ -80,19 +80,25 @@ def test_chunked_prefill_equals_whole_prefill(engine, monkeypatch, capsys):
     assert chunked.tokens == whole.tokens
 
 
+def interrupt_prefill_at_chunk(q, monkeypatch, n):
+    """Prefill in chunks of 16 tokens and press stop while chunk n is computed."""
+    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
+    original, calls = q.forward_hidden, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return original(*args)
+    monkeypatch.setitem(q._module.__dict__, "forward_hidden", interrupted)
+    return original
+
+
 def test_interrupt_during_prefill(engine, monkeypatch, capsys):
     q = engine()
     prompt = random_ids(1, 50, seed=34).tolist()
     fresh = q.generate(prompt, 6)
-    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
-    original, calls = q.forward_hidden, []
-
-    def interrupted_third_chunk(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return original(*args)
-    monkeypatch.setitem(q._module.__dict__, "forward_hidden", interrupted_third_chunk)
+    interrupt_prefill_at_chunk(q, monkeypatch, 3)
     result = q.generate(prompt, 6)
     assert result.interrupted and result.tokens == [[]] and "interrupted" in capsys.readouterr().out
     monkeypatch.undo()
@@ -118,16 +124,8 @@ def test_other_layouts_generate(engine, variant):
 def test_session_interrupted_during_prefill_continues(engine, monkeypatch):
     """Stop pressed while a turn's prompt is prefilled: the next turn reuses only what the cache holds."""
     q = engine()
-    monkeypatch.setitem(q._module.__dict__, "PREFILL_CHUNK", 16)
     session = q.ChatSession(enable_thinking=False, temperature=0)
-    original, calls = q.forward_hidden, []
-
-    def interrupt_second_chunk(*args):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return original(*args)
-    monkeypatch.setitem(q._module.__dict__, "forward_hidden", interrupt_second_chunk)
+    original = interrupt_prefill_at_chunk(q, monkeypatch, 2)
     session.ask("Tell me a long story about tensors and caches", max_new_tokens=4, stream=False)
     assert session.last.interrupted and len(session.cached_ids) == session.cache.filled == 16
     monkeypatch.setitem(q._module.__dict__, "forward_hidden", original)
