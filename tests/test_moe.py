@@ -117,3 +117,20 @@ def test_decode_step_reads_only_the_chosen_experts(moe, monkeypatch):
     expert_products = sum(shape == (2 * cfg.moe_intermediate_size, cfg.hidden_size) for shape in calls)
     sparse_layers = sum(cfg.is_sparse(i) for i in range(cfg.num_hidden_layers))
     assert expert_products == cfg.num_experts_per_tok * sparse_layers < cfg.num_experts * sparse_layers
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(num_experts=None), r"required key 'num_experts' is missing"),
+    (dict(num_experts_per_tok=9), r"0 < num_experts_per_tok <= num_experts"),
+    (dict(mlp_only_layers="1"), r"'mlp_only_layers' should be a list"),
+])
+def test_bad_moe_config(tmp_path, change, message):
+    import json
+    path = tmp_path / "moe"
+    make_checkpoint.build(str(path), size="tiny-moe")
+    cfg = json.loads((path / "config.json").read_text())
+    for key, value in change.items():
+        cfg.pop(key) if value is None else cfg.__setitem__(key, value)
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises((ValueError, TypeError), match=message):
+        load_engine(path)
