@@ -143,7 +143,7 @@ def memory_probe(model_dir, device_name, prompt_len, new_tokens, quant):
     cuda_peak = torch.cuda.max_memory_allocated() if q.device.type == "cuda" else None
     return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base,
             "cuda_peak_allocated": cuda_peak, "kv_cache_bytes": (prompt_len + new_tokens) * q.kv_bytes_per_token(),
-            "weight_bytes": sum(t.numel() * t.element_size() for t in q.stored_tensors())}
+            "weight_bytes": q.stored_bytes()}
 
 
 def run_memory_probe(model_dir, device, new_tokens, quant):
@@ -157,9 +157,9 @@ def run_memory_probe(model_dir, device, new_tokens, quant):
     return memory
 
 
-def kernels_json(kernels):
-    return {k: v if isinstance(v, str) else {("any" if r == float("inf") else f"<={r}"): f for r, f in v.items()}
-            for k, v in kernels.items()}
+def compare(name, engines, rows, new_tokens, runs, index=0):
+    """measure() of engines {label: fn(rows, new_tokens) -> (tokens/s, prefill seconds)}; index 1: prefill."""
+    return measure(name, {label: (lambda f=f: f(rows, new_tokens)[index]) for label, f in engines.items()}, runs)
 
 
 def dense_rows(a, device):
@@ -185,19 +185,17 @@ def dense_rows(a, device):
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
-        results[f"decode_b{batch}"] = measure(f"decode tokens/s, batch {batch}, {new} new tokens",
-                                              {k: (lambda f=f: f(rows, new)[0]) for k, f in engines.items()}, runs)
+        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines, rows, new, runs)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
     for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
             rows = prompts(batch, 32, vocab, seed=batch)
-            sweep[batch] = measure(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",
-                                   {k: (lambda f=f: f(rows, n_sweep)[0]) for k, f in engines.items() if k != "notebook_int8"}, 1)
+            sweep[batch] = compare(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",
+                                   {k: f for k, f in engines.items() if k != "notebook_int8"}, rows, n_sweep, 1)
     for n in prefills:
         long_prompt = prompts(1, n, vocab, seed=n)
-        results[f"prefill_{n}_seconds"] = measure(
-            f"prefill seconds, {n}-token prompt", {k: (lambda f=f: f(long_prompt, 2)[1]) for k, f in engines.items()},
-            runs if n <= 512 else 1)
+        results[f"prefill_{n}_seconds"] = compare(f"prefill seconds, {n}-token prompt", engines, long_prompt, 2,
+                                                  runs if n <= 512 else 1, index=1)
 
     # where the time goes in one decode step: the notebook's own live measures
     live = {b: q.measure_machine(batch=b) for b in (1, 16)}
@@ -218,7 +216,7 @@ def dense_rows(a, device):
     new_tokens = 64 if quick else 512
     memory = {quant: run_memory_probe(model_dir, a.device, new_tokens, quant) for quant in ("none", "int8")}
     report = {
-        "checkpoint": model_dir.name, "kernels": kernels_json(q.KERNELS), "kernels_int8": kernels_json(q8.KERNELS),
+        "checkpoint": model_dir.name, "kernels": q.kernels_table(), "kernels_int8": q8.kernels_table(),
         "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "quick": quick},
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
@@ -252,19 +250,18 @@ def moe_rows(a, device):
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
-        results[f"decode_b{batch}"] = measure(f"MoE decode tokens/s, batch {batch}, {new} new tokens",
-                                              {k: (lambda f=f: f(rows, new)[0]) for k, f in engines.items()}, runs)
+        results[f"decode_b{batch}"] = compare(f"MoE decode tokens/s, batch {batch}, {new} new tokens", engines, rows, new, runs)
     long_prompt = prompts(1, n_prefill, vocab, seed=7)
-    results["prefill_seconds"] = measure(f"MoE prefill seconds, {n_prefill}-token prompt",
-                                         {k: (lambda f=f: f(long_prompt, 2)[1]) for k, f in engines.items()}, runs)
+    results["prefill_seconds"] = compare(f"MoE prefill seconds, {n_prefill}-token prompt", engines, long_prompt, 2, runs,
+                                         index=1)
     live = q.measure_machine(batch=1)
     share = {}
     if q.device.type == "cpu":
         step_ms, moe_ms = time_inside_step(q, prompts(1, 32, vocab, seed=1), 16 if not quick else 4, "moe")
         share = {"step_ms": step_ms, "moe_blocks_ms": moe_ms}
-    total = sum(t.numel() * t.element_size() for t in q.stored_tensors())
+    total = q.stored_bytes()
     return {"checkpoint": model_dir.name, "layers": q.config.num_hidden_layers, "experts": q.config.num_experts,
-            "experts_per_token": q.config.num_experts_per_tok, "kernels": kernels_json(q.KERNELS),
+            "experts_per_token": q.config.num_experts_per_tok, "kernels": q.kernels_table(),
             "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
             "prefill_seconds": results["prefill_seconds"], "prefill_tokens": n_prefill,
             "new_tokens": {"b1": n1, "b16": n16}, "weight_bytes_total": total,
