@@ -80,7 +80,7 @@ CORPUS = [
 def build_tokenizer(n_base_tokens):
     """A byte-level BPE with Qwen3's pre-tokenizer and added tokens. Rare characters (most
     Chinese ones) stay split into several byte tokens, as they often are in the real one."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(byte_fallback=False, fuse_unk=False))
     tok.normalizer = normalizers.NFC()
@@ -92,9 +92,16 @@ def build_tokenizer(n_base_tokens):
     trainer = trainers.BpeTrainer(vocab_size=n_base_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(CORPUS * 4, trainer)
+    add_qwen3_tokens(tok)
+    return tok
+
+
+def add_qwen3_tokens(tok):
+    """Qwen3's 26 added tokens, in the published order (ids follow the order they are added in)."""
+    from tokenizers import AddedToken
+
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ADDED_TOKENS[:N_SPECIAL]])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
-    return tok
 
 
 def is_moe(size):
@@ -103,17 +110,17 @@ def is_moe(size):
 
 def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dtype="bfloat16",
           base=False, seed=0, with_generation_config=True, template_file=False, *,
-          norm_topk_prob=True, mlp_only_layers=(), decoder_sparse_step=1, router_scale=1.0):
+          norm_topk_prob=True, mlp_only_layers=(), decoder_sparse_step=1):
     """Write a checkpoint to out_dir and return the transformers model it was made from.
 
     lm_head: "present" (tied, lm_head.weight stored too, as Qwen3-0.6B), "absent" (tied,
     not stored, as Qwen3-4B) or "untied" (its own matrix, as Qwen3-8B and Qwen3-30B-A3B);
     None: as published, "present" for dense sizes, "untied" for MoE sizes.
     MoE sizes only: norm_topk_prob, mlp_only_layers (layers with a dense MLP),
-    decoder_sparse_step (layer i is sparse when (i + 1) % step == 0) and router_scale (router
-    weights multiplied by it). Keep router_scale 1 for tests: a sharper softmax makes top-k
-    near-ties no rarer (the ordering is unchanged) and amplifies rounding: transformers' own
-    float32 implementations differ on tiny-moe by 2e-5 at 1, 5e-5 at 2, 2e-4 at 4.
+    decoder_sparse_step (layer i is sparse when (i + 1) % step == 0). The router weights are not
+    scaled up: a sharper softmax makes top-k near-ties no rarer (the ordering is unchanged) and
+    amplifies rounding (transformers' own float32 implementations differ on tiny-moe by 2e-5 as
+    built, 5e-5 with the router x2, 2e-4 with it x4).
     """
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from safetensors.torch import save_file
@@ -123,7 +130,7 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
         lm_head = "untied" if moe else "present"
     assert lm_head in ("present", "absent", "untied") and config_layout in ("4.51", "5")
     assert moe or (norm_topk_prob is True and not mlp_only_layers and decoder_sparse_step == 1
-                   and router_scale == 1.0), "MoE options need a MoE size"
+), "MoE options need a MoE size"
     shape = SIZES[size]
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(n_base_tokens=400)
@@ -146,7 +153,7 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
         # made directly in `dtype` (30B-A3B-4layers has 3e9 parameters), rotary inv_freq kept in
         # float32 as from_pretrained keeps it
         model = Qwen3MoeForCausalLM._from_config(config, dtype=getattr(torch, dtype)).eval()
-        randomise(model, router_scale)
+        randomise(model)
     else:
         config = Qwen3Config(**shape, **common)
         model = Qwen3ForCausalLM(config).eval()
@@ -231,7 +238,7 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
     return model
 
 
-def randomise(model, router_scale=1.0):
+def randomise(model):
     """Random weights in place, every RMSNorm weight included."""
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -241,8 +248,6 @@ def randomise(model, router_scale=1.0):
                 p.normal_(0.0, 1.0)
             else:  # linear layers strong enough that the layers, not the tied embedding, decide the
                 p.normal_(0.0, 2.0 * p.shape[-1] ** -0.5)  # next token: varied text, few near-ties
-                if name.endswith("mlp.gate.weight"):  # the MoE router, (experts, hidden)
-                    p.mul_(router_scale)
 
 
 def per_expert_layout(state):
@@ -284,10 +289,9 @@ def main():
     p.add_argument("--no-norm-topk-prob", action="store_true", help="MoE: keep the top-k softmax weights as they are")
     p.add_argument("--mlp-only-layers", type=int, nargs="*", default=[], help="MoE: layers with a dense MLP")
     p.add_argument("--decoder-sparse-step", type=int, default=1, help="MoE: layer i sparse when (i+1) %% step == 0")
-    p.add_argument("--router-scale", type=float, default=1.0, help="MoE: router weights multiplied by this")
     a = p.parse_args()
     moe = dict(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
-               decoder_sparse_step=a.decoder_sparse_step, router_scale=a.router_scale) if is_moe(a.size) else {}
+               decoder_sparse_step=a.decoder_sparse_step) if is_moe(a.size) else {}
     build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed, **moe)
     print(f"wrote a random {a.size} Qwen3 checkpoint to {a.out_dir}")
 

