@@ -3,13 +3,15 @@
     python3 benchmarks/benchmark.py            # full run (about 12 minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
+    python3 benchmarks/benchmark.py --loads 5  # only: the kernels chosen by 5 fresh loads (same on each?)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
 Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
-kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8. Writes
+kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8 and int4. The
+kernels every load chose (each engine, each memory probe) are recorded in the report. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
 """
@@ -57,8 +59,12 @@ def prompts(n_rows, n_tokens, vocab, seed=0):
     return torch.randint(0, vocab, (n_rows, n_tokens), generator=g).tolist()
 
 
+LOADS = []  # the kernels each load of the notebook chose, in the order of the loads
+
+
 def engine(model_dir, device, **env):
     q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",), **env)  # + the notebook's measures
+    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'bf16')}", "kernels": q.kernels_table()})
     q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
     return q
 
@@ -141,7 +147,7 @@ def memory_probe(model_dir, device_name, prompt_len, new_tokens, quant):
     q.generate(prompts(1, prompt_len, q.tokenizer.get_vocab_size()), new_tokens)
     peak = status("VmHWM")
     cuda_peak = torch.cuda.max_memory_allocated() if q.device.type == "cuda" else None
-    return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base,
+    return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base, "kernels": q.kernels_table(),
             "cuda_peak_allocated": cuda_peak, "kv_cache_bytes": (prompt_len + new_tokens) * q.kv_bytes_per_token(),
             "weight_bytes": q.stored_bytes()}
 
@@ -154,7 +160,41 @@ def run_memory_probe(model_dir, device, new_tokens, quant):
     memory = json.loads(probe.stdout.strip().splitlines()[-1])
     memory["checkpoint_file_bytes"] = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
     memory["budget_bytes"] = memory["checkpoint_file_bytes"] + memory["kv_cache_bytes"] + 300 * 2 ** 20
+    LOADS.append({"load": f"{Path(model_dir).name} {quant} (memory probe)", "kernels": memory["kernels"]})
     return memory
+
+
+def kernels_probe(model_dir, device_name, quant):
+    """Run in a separate process: load the notebook (calibration included) and return its kernels."""
+    q = load_engine(model_dir, device=device_name, dtype="bfloat16", QWEN3_QUANT=quant)
+    return q.kernels_table()
+
+
+def same_kernels_on_every_load(a):
+    """--loads N: N fresh processes load the checkpoint; prints and saves the kernels each chose."""
+    model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
+    tables = []
+    for i in range(a.loads):
+        probe = subprocess.run([sys.executable, __file__, "--kernels-probe", str(model_dir), a.device, a.quant],
+                               capture_output=True, text=True)
+        if probe.returncode:
+            sys.exit(f"kernels probe failed:\n{probe.stderr[-3000:]}")
+        tables.append(json.loads(probe.stdout.strip().splitlines()[-1]))
+        print(f"load {i + 1}: {json.dumps(tables[-1])}", flush=True)
+    distinct = [json.loads(t) for t in sorted({json.dumps(t, sort_keys=True) for t in tables})]
+    report = {"checkpoint": model_dir.name, "quant": a.quant, "loads": tables, "distinct": len(distinct),
+              "machine": platform_name()}
+    out = Path(a.out) / f"kernels_per_load{'-quick' if a.quick else ''}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{a.loads} loads of {model_dir.name} ({a.quant}): {len(distinct)} distinct kernel choice(s); wrote {out}")
+
+
+def platform_name():
+    import platform
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def compare(name, engines, rows, new_tokens, runs, index=0):
@@ -172,15 +212,18 @@ def dense_rows(a, device):
     runs = 1 if quick else a.runs
     q = engine(model_dir, device)
     q8 = engine(model_dir, device, QWEN3_QUANT="int8")
+    q4 = engine(model_dir, device, QWEN3_QUANT="int4")
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
     print(f"device {device}, {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
     for fn in (lambda: ours_decode(q, prompts(1, 32, vocab), 4), lambda: ours_decode(q8, prompts(1, 32, vocab), 4),
+               lambda: ours_decode(q4, prompts(1, 32, vocab), 4),
                lambda: hf_decode(hf, prompts(1, 32, vocab), 4, device)):
         fn()  # warm-up: first calls allocate and load kernels
 
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "notebook_int8": lambda rows, n: ours_decode(q8, rows, n),
+               "notebook_int4": lambda rows, n: ours_decode(q4, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
@@ -191,7 +234,7 @@ def dense_rows(a, device):
         if batch not in sweep:
             rows = prompts(batch, 32, vocab, seed=batch)
             sweep[batch] = compare(f"decode tokens/s, batch {batch}, {n_sweep} new tokens",
-                                   {k: f for k, f in engines.items() if k != "notebook_int8"}, rows, n_sweep, 1)
+                                   {k: f for k, f in engines.items() if k in ("notebook", "transformers")}, rows, n_sweep, 1)
     for n in prefills:
         long_prompt = prompts(1, n, vocab, seed=n)
         results[f"prefill_{n}_seconds"] = compare(f"prefill seconds, {n}-token prompt", engines, long_prompt, 2,
@@ -199,12 +242,13 @@ def dense_rows(a, device):
 
     # where the time goes in one decode step: the notebook's own live measures
     live = {b: q.measure_machine(batch=b) for b in (1, 16)}
-    live8 = q8.measure_machine(batch=1)
+    live8, live4 = q8.measure_machine(batch=1), q4.measure_machine(batch=1)
     steps = {}
     for batch in (1, 16):
         speeds = results[f"decode_b{batch}"]
         steps[batch] = {"weight_matmul_floor_ms": live[batch]["products_ms"], "notebook_ms": 1000 * batch / speeds["notebook"],
                         "notebook_int8_ms": 1000 * batch / speeds["notebook_int8"],
+                        "notebook_int4_ms": 1000 * batch / speeds["notebook_int4"],
                         "transformers_ms": 1000 * batch / speeds["transformers"]}
     steps[1]["roofline_ms"] = live[1]["roofline_ms"]
     if device.type == "cpu":
@@ -214,9 +258,9 @@ def dense_rows(a, device):
             steps[batch]["notebook_step_same_run_ms"] = step_ms
 
     new_tokens = 64 if quick else 512
-    memory = {quant: run_memory_probe(model_dir, a.device, new_tokens, quant) for quant in ("none", "int8")}
+    memory = {quant: run_memory_probe(model_dir, a.device, new_tokens, quant) for quant in ("none", "int8", "int4")}
     report = {
-        "checkpoint": model_dir.name, "kernels": q.kernels_table(), "kernels_int8": q8.kernels_table(),
+        "checkpoint": model_dir.name, "kernels": q.kernels_table(), "kernels_int8": q8.kernels_table(), "kernels_int4": q4.kernels_table(),
         "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "quick": quick},
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
@@ -224,7 +268,8 @@ def dense_rows(a, device):
         "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},
         "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep},
         "bandwidth_gb_s": live[1]["bandwidth_gb_s"], "weight_bytes_per_step": live[1]["weight_bytes"],
-        "weight_bytes_per_step_int8": live8["weight_bytes"], "roofline_b1_ms": live[1]["roofline_ms"],
+        "weight_bytes_per_step_int8": live8["weight_bytes"], "weight_bytes_per_step_int4": live4["weight_bytes"],
+        "roofline_b1_ms": live[1]["roofline_ms"], "roofline_b1_int4_tokens_per_s": 1000 / live4["roofline_ms"],
         "roofline_b1_tokens_per_s": 1000 / live[1]["roofline_ms"], "roofline_b1_int8_tokens_per_s": 1000 / live8["roofline_ms"],
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
         "memory": memory, "memory_new_tokens": new_tokens,
@@ -276,8 +321,17 @@ def main():
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
     p.add_argument("--out", default=str(ROOT / "docs"))
+    p.add_argument("--loads", type=int, default=0, help="only check that N fresh loads choose the same kernels")
+    p.add_argument("--quant", default="none", choices=["none", "int8", "int4"], help="the weights for --loads")
     p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
+    p.add_argument("--kernels-probe", nargs=3, metavar=("DIR", "DEVICE", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.kernels_probe:
+        print(json.dumps(kernels_probe(*a.kernels_probe)))
+        return
+    if a.loads:
+        same_kernels_on_every_load(a)
+        return
     if a.memory_probe:
         d, dev, n_prompt, n_new, quant = a.memory_probe
         print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
@@ -287,10 +341,13 @@ def main():
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
     report["llama_cpp_reference"] = LLAMA_CPP
+    report["loads"] = LOADS
     ratio = lambda v: v["notebook"] / v["transformers"]
     ratios = {"decode_b1": ratio(report["decode_b1_tokens_per_s"]), "decode_b16": ratio(report["decode_b16_tokens_per_s"]),
               **{f"prefill_{n}": v["transformers"] / v["notebook"] for n, v in report["prefill_seconds"].items()},
               "int8_vs_bf16_decode_b1": report["decode_b1_tokens_per_s"]["notebook_int8"] / report["decode_b1_tokens_per_s"]["notebook"],
+              "int4_vs_bf16_decode_b1": report["decode_b1_tokens_per_s"]["notebook_int4"] / report["decode_b1_tokens_per_s"]["notebook"],
+              "int4_vs_bf16_rss_growth": report["memory"]["int4"]["rss_growth"] / report["memory"]["none"]["rss_growth"],
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
     if "moe" in report:
@@ -308,18 +365,22 @@ def main():
 def markdown(r):
     m, st = r["memory"], r["step_breakdown"]
     gib = lambda b: f"{b / 2**30:.2f} GiB"
+    speed = lambda v, k, lower_better: v["transformers"] / v[k] if lower_better else v[k] / v["transformers"]
     row = lambda label, v, lower_better=False: (
-        f"| {label} | {v['notebook']:.2f} | {v['notebook_int8']:.2f} | {v['transformers']:.2f} | "
-        f"**{(v['transformers'] / v['notebook'] if lower_better else v['notebook'] / v['transformers']):.2f}x** | "
-        f"{(v['transformers'] / v['notebook_int8'] if lower_better else v['notebook_int8'] / v['transformers']):.2f}x |")
+        f"| {label} | {v['notebook']:.2f} | {v['notebook_int8']:.2f} | {v['notebook_int4']:.2f} | {v['transformers']:.2f} | "
+        f"**{speed(v, 'notebook', lower_better):.2f}x** | {speed(v, 'notebook_int8', lower_better):.2f}x | "
+        f"{speed(v, 'notebook_int4', lower_better):.2f}x |")
     lines = [
         f"# Benchmark: notebook engine vs transformers", "",
         f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}). "
         f"Checkpoint: `{r['checkpoint']}` (random weights, bf16). Greedy decoding, stop ids disabled, transformers "
         "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
         f"Kernels the notebook's calibration chose here: `{json.dumps(r['kernels'])}`; with int8 weights: "
-        f"`{json.dumps(r['kernels_int8']['int8'])}`.", "",
-        "| measurement | notebook bf16 | notebook int8 | transformers | ratio bf16 | ratio int8 |", "|---|---|---|---|---|---|",
+        f"`{json.dumps(r['kernels_int8']['int8'])}`; with int4: `{json.dumps(r['kernels_int4']['int4'])}`. "
+        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].endswith('bf16') or 'none' in x['load']})} "
+        "distinct choice(s) over the bf16 loads of this run (all loads: `docs/benchmark.json`, `loads`).", "",
+        "| measurement | notebook bf16 | notebook int8 | notebook int4 | transformers | ratio bf16 | ratio int8 | ratio int4 |",
+        "|---|---|---|---|---|---|---|---|",
         row(f"decode tokens/s, batch 1 ({r['new_tokens']['b1']} new tokens)", r["decode_b1_tokens_per_s"]),
         row(f"decode tokens/s, batch 16 ({r['new_tokens']['b16']} new tokens)", r["decode_b16_tokens_per_s"]),
     ]
@@ -331,19 +392,21 @@ def markdown(r):
     for b, v in r["sweep_tokens_per_s"].items():
         lines.append(f"| batch {b} | {v['notebook']:.2f} | {v['transformers']:.2f} | {v['notebook'] / v['transformers']:.2f}x |")
     lines += ["", "## Where one decode step's time goes", "",
-              "| batch | weight products alone | notebook step | notebook int8 step | transformers step | memory roofline "
-              "| inside a notebook step: weight products / the rest |", "|---|---|---|---|---|---|---|"]
+              "| batch | weight products alone | notebook step | notebook int8 step | notebook int4 step | transformers step "
+              "| memory roofline | inside a notebook step: weight products / the rest |", "|---|---|---|---|---|---|---|---|"]
     for b, s in st.items():
         roof = f"{s['roofline_ms']:.1f} ms" if "roofline_ms" in s else "-"
         inside = (f"{s['notebook_products_inside_step_ms']:.1f} / "
                   f"{s['notebook_step_same_run_ms'] - s['notebook_products_inside_step_ms']:.1f} ms"
                   if "notebook_products_inside_step_ms" in s else "-")
         lines.append(f"| {b} | {s['weight_matmul_floor_ms']:.1f} ms | {s['notebook_ms']:.1f} ms | {s['notebook_int8_ms']:.1f} ms | "
+                     f"{s['notebook_int4_ms']:.1f} ms | "
                      f"{s['transformers_ms']:.1f} ms | {roof} | {inside} |")
     lines += ["", f"Memory-read bandwidth {r['bandwidth_gb_s']:.1f} GB/s; one batch-1 step reads "
-              f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights ({r['weight_bytes_per_step_int8'] / 1e9:.2f} GB in int8), "
+              f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights ({r['weight_bytes_per_step_int8'] / 1e9:.2f} GB in int8, "
+              f"{r['weight_bytes_per_step_int4'] / 1e9:.2f} GB in int4), "
               f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
-              f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
+              f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}, int4 {r['roofline_b1_int4_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
               f"For comparison, {r['llama_cpp_reference']}.", "",
               f"## Memory (separate process, notebook engine only: load + batch-1 generation of {r['memory_new_tokens']} "
               "tokens after a 32-token prompt)", "", "| weights | peak RSS growth over `import torch` | weights held | budget "
@@ -351,7 +414,8 @@ def markdown(r):
     for quant, mm in m.items():
         lines.append(f"| {'bf16' if quant == 'none' else quant} | {gib(mm['rss_growth'])} | {gib(mm['weight_bytes'])} | "
                      f"{gib(mm['budget_bytes'])} ({'within' if mm['rss_growth'] <= mm['budget_bytes'] else 'OVER'}) |")
-    lines.append(f"\nint8 / bf16 peak RSS growth: {m['int8']['rss_growth'] / m['none']['rss_growth']:.2f}")
+    lines.append(f"\nint8 / bf16 peak RSS growth: {m['int8']['rss_growth'] / m['none']['rss_growth']:.2f}; "
+                 f"int4 / bf16: {m['int4']['rss_growth'] / m['none']['rss_growth']:.2f}")
     if "moe" in r:
         e = r["moe"]
         lines += ["", f"## Mixture of experts: `{e['checkpoint']}` ({e['layers']} layers, {e['experts']} experts, "

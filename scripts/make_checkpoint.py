@@ -40,6 +40,10 @@ SIZES = {
     "tiny-moe": dict(hidden_size=64, intermediate_size=160, moe_intermediate_size=48, num_hidden_layers=3,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=640,
                      max_position_embeddings=512, num_experts=8, num_experts_per_tok=2),
+    # int4 groups 32 input columns: the same with an expert width that is a multiple of 32
+    "tiny-moe-int4": dict(hidden_size=64, intermediate_size=160, moe_intermediate_size=64, num_hidden_layers=3,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=640,
+                          max_position_embeddings=512, num_experts=8, num_experts_per_tok=2),
     "30B-A3B-4layers": dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
                             num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
                             vocab_size=151936, max_position_embeddings=40960, num_experts=128,

@@ -18,7 +18,8 @@ def test_quick_benchmark_writes_its_report(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1].startswith("ratios (notebook / transformers speed): decode_b1 ")
     report = json.loads((tmp_path / "benchmark-quick.json").read_text())
-    for key in ("decode_b1", "decode_b16", "prefill_64", "int8_vs_bf16_decode_b1", "b1_vs_roofline", "sweep_b1",
+    for key in ("decode_b1", "decode_b16", "prefill_64", "int8_vs_bf16_decode_b1", "int4_vs_bf16_decode_b1",
+                "int4_vs_bf16_rss_growth", "b1_vs_roofline", "sweep_b1",
                 "sweep_b4", "sweep_b16", "sweep_b64", "moe_decode_b1", "moe_decode_b16", "moe_prefill"):
         assert report["ratios"][key] > 0
     assert report["machine"]["name"] and report["kernels"]["weights"] in ("plain", "packed")
@@ -28,11 +29,23 @@ def test_quick_benchmark_writes_its_report(tmp_path):
         assert 0 < step["notebook_products_inside_step_ms"] < step["notebook_step_same_run_ms"]
         assert 0 < report["moe"]["step_share"]["moe_blocks_ms"] < report["moe"]["step_share"]["step_ms"]
     assert {"weight_matmul_floor_ms", "notebook_ms", "notebook_int8_ms", "transformers_ms", "roofline_ms"} <= set(step)
-    for quant in ("none", "int8"):
+    for quant in ("none", "int8", "int4"):
         memory = report["memory"][quant]
         assert memory["rss_growth"] > 0 and memory["budget_bytes"] > memory["checkpoint_file_bytes"]
-    assert report["memory"]["int8"]["weight_bytes"] < report["memory"]["none"]["weight_bytes"]
+    assert report["memory"]["int4"]["weight_bytes"] < report["memory"]["int8"]["weight_bytes"] < report["memory"]["none"]["weight_bytes"]
+    loads = [x["load"] for x in report["loads"]]  # the kernels of every load it made, memory probes included
+    assert len(loads) == 7 and sum("memory probe" in x for x in loads) == 3
+    assert all(x["kernels"]["weights"] for x in report["loads"]) and report["kernels_int4"]["weights"] == "int4"
     table = (tmp_path / "benchmark-quick.md").read_text()
     assert "| decode tokens/s, batch 1 (16 new tokens) |" in table and "inside a notebook step" in table
     assert "Machine: **" in table and "Mixture of experts" in table and "llama.cpp" in table
     assert (tmp_path / "benchmark-quick.png").stat().st_size > 10_000
+
+
+def test_loads_option_records_the_kernels_of_each_load(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "benchmark.py"), "--quick", "--loads", "2",
+                          "--out", str(tmp_path), "--device", TEST_DEVICE], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "kernels_per_load-quick.json").read_text())
+    assert len(report["loads"]) == 2 and report["distinct"] == 1  # the tiny model keeps the plain forms
+    assert "2 loads of" in run.stdout

@@ -84,7 +84,7 @@ def test_missing_weights_file(broken):
     ("QWEN3_DTYPE", "float64", "auto, bfloat16, float32"),
     ("QWEN3_MATMUL", "fast", "auto, native, widen, packed"),
     ("QWEN3_KV_DTYPE", "bfloat16", "auto, model, float32"),
-    ("QWEN3_QUANT", "int4", "none, int8"),
+    ("QWEN3_QUANT", "int2", "none, int8, int4"),
 ])
 def test_bad_setting_names_the_allowed_values(checkpoints, setting, value, allowed):
     with pytest.raises(ValueError, match=f"{setting}='{value}' is not a valid setting: use one of {allowed}"):

@@ -1,0 +1,82 @@
+"""The calibration decides on every candidate measured in every round, by medians of paired ratios:
+one outlier round cannot disqualify a form or decide a choice. Made-up timings, no clocks."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import TEST_DEVICE
+
+
+@pytest.fixture(scope="module")
+def q(engine):
+    return engine("tiny", "bfloat16")
+
+
+def rounds(*seconds):
+    return [s * 1e-3 for s in seconds]
+
+
+def test_one_slow_round_neither_disqualifies_nor_decides(q):
+    native = rounds(6.4, 38.0, 6.5, 6.3, 6.4)  # one round hit by another process
+    widen = rounds(13.0, 13.2, 12.9, 13.1, 13.0)
+    assert q.fastest({"native": native, "widen": widen}, "native") == "native"
+    slow_first = rounds(38.0, 6.4, 6.5, 6.3, 6.4)
+    assert q.fastest({"native": slow_first, "widen": widen}, "native") == "native"
+    widen_lucky_once = rounds(13.0, 3.0, 12.9, 13.1, 13.0)  # a fast fluke does not win either
+    assert q.fastest({"native": rounds(6.4, 6.4, 6.5, 6.3, 6.4), "widen": widen_lucky_once}, "native") == "native"
+
+
+def test_margin_holds_on_medians(q):
+    native = rounds(10, 10, 10, 10, 10)
+    assert q.fastest({"native": native, "widen": rounds(9.5, 9.5, 9.5, 9.5, 9.5)}, "native") == "native"  # 5%
+    assert q.fastest({"native": native, "widen": rounds(8, 8, 30, 8, 8)}, "native") == "widen"  # 20%, one outlier
+    drifting = {"native": rounds(10, 20, 40, 20, 10), "widen": rounds(8, 16, 32, 16, 8)}  # load comes and goes
+    assert q.fastest(drifting, "native") == "widen"  # paired by round: 0.8 every time
+
+
+def test_packing_and_float32_cache_need_to_win_everywhere(q):
+    inf = float("inf")
+    plain = {1: "native", 64: "native", inf: "native"}
+    times = {1: {"native": rounds(10, 10, 10, 10, 10), "packed": rounds(7, 7, 70, 7, 7)},  # outlier round
+             64: {"native": rounds(20, 20, 20, 20, 20), "packed": rounds(19, 19, 19, 19, 19)},
+             inf: {"native": rounds(100, 100, 100, 100, 100), "packed": rounds(105, 104, 300, 105, 105)}}
+    assert q.packing_wins(times, plain)
+    times[inf]["packed"] = rounds(130, 130, 130, 130, 20)
+    assert not q.packing_wins(times, plain)  # slower at 128 rows, whatever one round said
+    assert q.replaces([0.7, 1.05]) and not q.replaces([0.95, 1.0]) and not q.replaces([0.5, 1.2])
+
+
+def test_every_candidate_runs_in_every_round_in_turns(q, monkeypatch):
+    calls = []
+    candidates = {name: (lambda n=name: calls.append(n)) for name in "abc"}
+
+    def broken():
+        raise RuntimeError("this device lacks it")
+    times = q.timed_rounds({**candidates, "broken": broken}, rounds=4)
+    assert set(times) == set("abc") and all(len(t) == 4 for t in times.values())  # the failing one left out
+    timed = calls[3:]  # after one warm-up call each
+    assert [sorted(timed[i:i + 3]) for i in range(0, 12, 3)] == [list("abc")] * 4
+    assert timed[:3] != timed[3:6]  # the order rotates
+
+
+def test_kernels_table_is_the_choices_only(q):
+    table = q.kernels_table()
+    assert json.loads(json.dumps(table)) == table
+    assert set(table) >= {"plain", "packed", "int8", "int4", "kv_cache", "weights"}
+    assert all(isinstance(v, str) or all(isinstance(f, str) for f in v.values()) for v in table.values())
+
+
+def test_kv_cache_decided_on_decode_and_prefill_work(q, monkeypatch, capsys):
+    if TEST_DEVICE != "cpu":
+        pytest.skip("the cache dtype is measured on CPUs")
+    seen = []
+    real = q.attention
+    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.append((qs.shape[1], k.shape[2], k.dtype)) or real(qs, k, v, mask))
+    choice = q.fastest_kv_cache(decode_keys=1024, prefill_keys=2048)
+    assert choice in ("model", "float32")
+    assert {(1, 1024, torch.bfloat16), (1, 1024, torch.float32), (128, 2048, torch.bfloat16), (128, 2048, torch.float32)} == set(seen)
+    assert "median of 5 rounds" in capsys.readouterr().out
+    ratios = {"slower prefill": [0.5, 1.3], "faster both": [0.5, 0.95], "tied": [0.97, 1.02]}
+    assert [q.replaces(r) for r in ratios.values()] == [False, True, False]
