@@ -77,3 +77,44 @@ def reference(checkpoints):
 def random_ids(n_rows, n_tokens, high=426, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, high, (n_rows, n_tokens), generator=g)
+
+
+def int8_stored(name, w):
+    """Every weight matrix (not norms, not MoE routers) as q * s, computed as the scheme says:
+    s = max|row| / 127 in float32, q = round(W / s) in [-127, 127]; float32, so exactly q * s."""
+    if w.dim() != 2 or name.endswith("mlp.gate.weight"):
+        return w
+    w32 = w.float()
+    s = w32.abs().amax(dim=1, keepdim=True) / 127
+    return torch.round(w32 / torch.where(s == 0, 1.0, s)).clamp(-127, 127) * s
+
+
+def stored_copy(src, dst, stored):
+    """A copy of checkpoint src with every tensor replaced by stored(name, tensor): what a quantization
+    scheme keeps of it, as plain numbers transformers can load."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(src, dst)
+    for path in dst.glob("*.safetensors"):
+        save_file({name: stored(name, w) for name, w in load_file(path).items()}, path, metadata={"format": "pt"})
+    return dst
+
+
+def quantized_engines(root, checkpoints, quant, stored, moe_size, seed):
+    """kind ("dense" or "moe") -> (the notebook with QWEN3_QUANT=quant, the notebook unquantized,
+    transformers on the stored copy), all with float32 activations."""
+    from transformers import AutoModelForCausalLM
+    cache = {}
+
+    def get(kind="dense"):
+        if kind not in cache:
+            src = checkpoints("tiny") if kind == "dense" else root / "moe"
+            if kind == "moe":
+                make_checkpoint.build(str(src), size=moe_size, seed=seed)
+            copy = stored_copy(src, root / f"{kind}-stored", stored)
+            reference = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float32, attn_implementation="eager")
+            cache[kind] = (load_engine(src, device=TEST_DEVICE, dtype="float32", QWEN3_QUANT=quant),
+                           load_engine(src, device=TEST_DEVICE, dtype="float32"),
+                           reference.to(TEST_DEVICE).eval())
+        return cache[kind]
+    return get

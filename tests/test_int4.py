@@ -2,15 +2,10 @@
 q * scale + lo (groups of 32 columns; embeddings and lm_head by the int8 scheme), dense and MoE, in
 every int4 form."""
 
-import shutil
-
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
-import make_checkpoint
-from conftest import TEST_DEVICE, random_ids
-from notebook_engine import load_engine
+from conftest import int8_stored, quantized_engines, random_ids
 
 FORMS = ["int4", "int4_tiles"]
 
@@ -18,13 +13,11 @@ FORMS = ["int4", "int4_tiles"]
 def as_stored(name, w):
     """What the int4 scheme keeps of checkpoint tensor `name`, as float32 numbers: layer matrices
     q * scale + lo per group of 32 columns, the embeddings and lm_head q * s (int8, per row), the rest as is."""
+    if name.endswith(("embed_tokens.weight", "lm_head.weight")):
+        return int8_stored(name, w)
     if w.dim() != 2 or name.endswith("mlp.gate.weight"):
         return w
-    w32 = w.float()
-    if name.endswith(("embed_tokens.weight", "lm_head.weight")):
-        s = w32.abs().amax(dim=1, keepdim=True) / 127
-        return torch.round(w32 / torch.where(s == 0, 1.0, s)).clamp(-127, 127) * s
-    groups = w32.view(w.shape[0], -1, 32)
+    groups = w.float().view(w.shape[0], -1, 32)
     lo = groups.amin(dim=-1, keepdim=True)
     scale = (groups.amax(dim=-1, keepdim=True) - lo) / 15
     scale = torch.where(scale == 0, 1.0, scale)
@@ -32,32 +25,10 @@ def as_stored(name, w):
     return (q * scale + lo).view(w.shape)
 
 
-def stored_copy(src, dst):
-    shutil.copytree(src, dst)
-    for path in dst.glob("*.safetensors"):
-        tensors = {name: as_stored(name, w) for name, w in load_file(path).items()}
-        save_file(tensors, path, metadata={"format": "pt"})
-    return dst
-
-
 @pytest.fixture(scope="module")
 def int4_pair(tmp_path_factory, checkpoints):
     """kind -> (int4 engine, unquantized engine, transformers on the q*scale+lo copy), float32 activations."""
-    from transformers import AutoModelForCausalLM
-    root, cache = tmp_path_factory.mktemp("int4"), {}
-
-    def get(kind="dense"):
-        if kind not in cache:
-            src = checkpoints("tiny") if kind == "dense" else root / "moe"
-            if kind == "moe":
-                make_checkpoint.build(str(src), size="tiny-moe-int4", seed=7)
-            copy = stored_copy(src, root / f"{kind}-stored")
-            reference = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float32, attn_implementation="eager")
-            cache[kind] = (load_engine(src, device=TEST_DEVICE, dtype="float32", QWEN3_QUANT="int4"),
-                           load_engine(src, device=TEST_DEVICE, dtype="float32"),
-                           reference.to(TEST_DEVICE).eval())
-        return cache[kind]
-    return get
+    return quantized_engines(tmp_path_factory.mktemp("int4"), checkpoints, "int4", as_stored, "tiny-moe-int4", seed=7)
 
 
 def forms_here(q4):

@@ -1,51 +1,17 @@
 """QWEN3_QUANT=int8: the notebook computes exactly what transformers computes on weights replaced by
 q * s (so quantization is the only difference, and it is really applied), dense and MoE."""
 
-import shutil
-
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
-import make_checkpoint
-from conftest import TEST_DEVICE, random_ids
+from conftest import TEST_DEVICE, int8_stored, quantized_engines, random_ids
 from notebook_engine import load_engine
-
-
-def dequantized_copy(src, dst):
-    """A copy of checkpoint src whose every weight matrix (not norms, not MoE routers) is replaced by
-    q * s, computed as the scheme says: s = max|row| / 127 in float32, q = round(W / s) in [-127, 127]."""
-    shutil.copytree(src, dst)
-    for path in dst.glob("*.safetensors"):
-        tensors = load_file(path)
-        for name, w in tensors.items():
-            if w.dim() == 2 and not name.endswith("mlp.gate.weight"):
-                w32 = w.float()
-                s = w32.abs().amax(dim=1, keepdim=True) / 127
-                q = torch.round(w32 / torch.where(s == 0, 1.0, s)).clamp(-127, 127)
-                tensors[name] = q * s  # float32: exact q * s
-        save_file(tensors, path, metadata={"format": "pt"})
-    return dst
 
 
 @pytest.fixture(scope="module")
 def int8_pair(tmp_path_factory, checkpoints):
     """kind -> (int8 engine, unquantized engine, transformers on the q*s copy), float32 activations."""
-    from transformers import AutoModelForCausalLM
-    root, cache = tmp_path_factory.mktemp("int8"), {}
-
-    def get(kind="dense"):
-        if kind not in cache:
-            src = checkpoints("tiny") if kind == "dense" else root / "moe"
-            if kind == "moe":
-                make_checkpoint.build(str(src), size="tiny-moe", seed=6)
-            copy = dequantized_copy(src, root / f"{kind}-qs")
-            reference = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float32, attn_implementation="eager")
-            cache[kind] = (load_engine(src, device=TEST_DEVICE, dtype="float32", QWEN3_QUANT="int8"),
-                           load_engine(src, device=TEST_DEVICE, dtype="float32"),
-                           reference.to(TEST_DEVICE).eval())
-        return cache[kind]
-    return get
+    return quantized_engines(tmp_path_factory.mktemp("int8"), checkpoints, "int8", int8_stored, "tiny-moe", seed=6)
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
