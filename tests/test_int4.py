@@ -111,3 +111,16 @@ def test_int4_memory_preflight(int4_pair, monkeypatch):
     monkeypatch.setitem(q4._module.__dict__, "free_memory_bytes", lambda device: 10_000)
     with pytest.raises(MemoryError, match=r"use a smaller model, or QWEN3_QUANT=int8 \(.*GiB\), or QWEN3_QUANT=int4 \("):
         q4.load_weights(q4.MODEL_DIR, q4.config, q4.device, q4.dtype)
+
+
+def test_calibration_times_both_int4_forms_and_the_int8_lm_head(int4_pair, capsys):
+    """Forced to measure (min_bytes=0): both int4 forms and both int8 forms (for lm_head), in every
+    round; the weights are then laid out for the chosen form and still compute the reference."""
+    q4, _, model = int4_pair()
+    q4.calibrate(min_bytes=0)
+    out = capsys.readouterr().out
+    assert all(form in out for form in ("int4", "int4_tiles", "int8", "int8_tiles")) and "median of 5 rounds" in out
+    form = q4.KERNELS["int4"][float("inf")]
+    assert len(q4.KERNELS["int8"]) == 3 and q4.weights.layers[0].qkv_proj.layout == q4.int4_layout(form)
+    ids = random_ids(1, 20, high=400, seed=63)
+    torch.testing.assert_close(q4.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
