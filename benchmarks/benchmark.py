@@ -3,13 +3,16 @@
     python3 benchmarks/benchmark.py            # full run (about 12 minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
+    python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
 Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
-kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8. Writes
+kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8, and (with --compile on,
+the default on CUDA) once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA replayed as a
+CUDA graph, in a "compiled" column of the decode rows (each shape compiled in an untimed run first). Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
 """
@@ -172,6 +175,7 @@ def dense_rows(a, device):
     runs = 1 if quick else a.runs
     q = engine(model_dir, device)
     q8 = engine(model_dir, device, QWEN3_QUANT="int8")
+    qc = engine(model_dir, device, QWEN3_COMPILE="on") if a.compile else None
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
@@ -182,10 +186,14 @@ def dense_rows(a, device):
 
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "notebook_int8": lambda rows, n: ours_decode(q8, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
+    compiled = {"notebook_compiled": lambda rows, n: ours_decode(qc, rows, n)} if qc else {}
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
-        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines, rows, new, runs)
+        if qc:
+            ours_decode(qc, rows, new)  # compiles this batch size and cache length (untimed); the runs reuse it
+        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines | compiled,
+                                              rows, new, runs)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
     for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
@@ -229,6 +237,8 @@ def dense_rows(a, device):
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
         "memory": memory, "memory_new_tokens": new_tokens,
     }
+    if qc:
+        report["compile_seconds"] = {f"batch {k[0]}, cache {k[1]}": v for k, v in qc.COMPILE_SECONDS.items()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
@@ -275,6 +285,8 @@ def main():
     p.add_argument("--no-moe", action="store_true", help="skip the mixture-of-experts rows")
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="also time the compiled decode step (QWEN3_COMPILE=on); auto: on CUDA only")
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -283,6 +295,8 @@ def main():
         print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
         return
     torch.set_grad_enabled(False)
+    a.compile = a.compile == "on" or a.compile == "auto" and (
+        a.device.startswith("cuda") or a.device == "auto" and torch.cuda.is_available())
     report = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
@@ -293,6 +307,10 @@ def main():
               "int8_vs_bf16_decode_b1": report["decode_b1_tokens_per_s"]["notebook_int8"] / report["decode_b1_tokens_per_s"]["notebook"],
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
+    for b in (1, 16):
+        speeds = report[f"decode_b{b}_tokens_per_s"]
+        if "notebook_compiled" in speeds:
+            ratios[f"compiled_vs_eager_decode_b{b}"] = speeds["notebook_compiled"] / speeds["notebook"]
     if "moe" in report:
         m = report["moe"]
         ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
@@ -325,6 +343,16 @@ def markdown(r):
     ]
     for n, v in r["prefill_seconds"].items():
         lines.append(row(f"prefill seconds, {n}-token prompt (ratio: speed)", v, lower_better=True))
+    if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
+        lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step, with `mode=\"reduce-overhead\"` "
+                  "on CUDA, a CUDA graph), same weights and prompts; compile time, once per shape: "
+                  + ", ".join(f"{k} {v:.0f} s" for k, v in r.get("compile_seconds", {}).items()) + ".", "",
+                  "| measurement | notebook eager | notebook compiled | compiled / eager | transformers |", "|---|---|---|---|---|"]
+        for b in (1, 16):
+            v = r[f"decode_b{b}_tokens_per_s"]
+            lines.append(f"| decode tokens/s, batch {b} ({r['new_tokens'][f'b{b}']} new tokens) | {v['notebook']:.2f} | "
+                         f"{v['notebook_compiled']:.2f} | **{v['notebook_compiled'] / v['notebook']:.2f}x** | "
+                         f"{v['transformers']:.2f} |")
     lines += ["", f"| decode tokens/s by batch size ({r['new_tokens']['sweep']} new tokens; batch 1 and 16: the rows above) "
               "| notebook | transformers | ratio |",
               "|---|---|---|---|"]
