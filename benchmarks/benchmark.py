@@ -346,7 +346,7 @@ def markdown(r):
     if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
         lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step, with `mode=\"reduce-overhead\"` "
                   "on CUDA, a CUDA graph), same weights and prompts; compile time, once per shape: "
-                  + ", ".join(f"{k} {v:.0f} s" for k, v in r.get("compile_seconds", {}).items()) + ".", "",
+                  + "; ".join(f"{k}: {v:.0f} s" for k, v in r.get("compile_seconds", {}).items()) + ".", "",
                   "| measurement | notebook eager | notebook compiled | compiled / eager | transformers |", "|---|---|---|---|---|"]
         for b in (1, 16):
             v = r[f"decode_b{b}_tokens_per_s"]
