@@ -114,14 +114,8 @@ def test_cached_decode_equals_full_recompute_and_reads_the_state(engine35):
 
 
 def test_greedy_generation_equals_transformers(engine35, reference35):
-    from test_model import first_divergence_is_near_tie
-    q, model = engine35(), reference35()
-    prompt = q.encode(q.render_chat([{"role": "user", "content": "Hello, who are you?"}]))
-    ours = q.generate([prompt], 30).tokens[0]
-    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=30, do_sample=False)
-    theirs = out[0, len(prompt):].tolist()
-    assert len(set(theirs)) > 5, "the test checkpoint should produce varied text"
-    assert first_divergence_is_near_tie(model, prompt, ours, theirs)
+    from test_model import check_greedy_equals_reference
+    check_greedy_equals_reference(engine35(), reference35(), new_tokens=30)
 
 
 def test_left_padded_batch_equals_single_runs(engine35):
@@ -148,18 +142,11 @@ def test_bf16_within_transformers_own_bf16_error(engine35, reference35):
 
 
 def test_session_second_turn_reuses_the_snapshot(engine35):
+    from test_practical import session_equals_fresh_generation
     q = engine35()
-    session = q.ChatSession(system="Be brief.", enable_thinking=True, temperature=0)
-    history = [{"role": "system", "content": "Be brief."}]
-    for question in ["Hello there", "What did I just say?"]:
-        history.append({"role": "user", "content": question})
-        prompt = q.encode(q.render_chat(history))
-        fresh = q.generate([prompt], 12)
-        session.ask(question, max_new_tokens=12, stream=False)
-        assert session.last.tokens == fresh.tokens
-        history.append({"role": "assistant", "content": fresh.text[0]})
-    first_prompt = len(q.encode(q.render_chat(history[:2])))
-    assert session.prefilled == [first_prompt, len(prompt) - first_prompt]  # the second from the snapshot on
+    session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?"], new_tokens=12)
+    first_prompt, second_prompt = (len(q.encode(q.render_chat(history[:i]))) for i in (2, 4))
+    assert session.prefilled == [first_prompt, second_prompt - first_prompt]  # the second from the snapshot on
 
 
 def test_int8_quantizes_the_matrices_only(engine35):
