@@ -50,7 +50,6 @@ def test_interrupt_returns_partial_result_and_model_stays_usable(engine, capsys)
     assert q.generate([prompt], 30).tokens == fresh.tokens
 
 
-@pytest.mark.parametrize("context", [4096, 64])  # 64: the cache has to grow during the conversation
 def session_equals_fresh_generation(q, questions, new_tokens=16, context=4096):
     """A thinking-mode ChatSession, turn by turn against generate() on the whole rendered history;
     returns the session and the history."""
@@ -66,6 +65,7 @@ def session_equals_fresh_generation(q, questions, new_tokens=16, context=4096):
     return session, history
 
 
+@pytest.mark.parametrize("context", [4096, 64])  # 64: the cache has to grow during the conversation
 def test_session_equals_fresh_generation_and_reuses_the_prefix(engine, context):
     q = engine()
     session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?", "Thanks, bye"],

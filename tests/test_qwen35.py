@@ -141,10 +141,12 @@ def test_bf16_within_transformers_own_bf16_error(engine35, reference35):
     assert ours <= budget, (ours, budget)
 
 
-def test_session_second_turn_reuses_the_snapshot(engine35):
+@pytest.mark.parametrize("context", [4096, 48])  # 48: the cache grows, its memory and snapshot carried over
+def test_session_second_turn_reuses_the_snapshot(engine35, context):
     from test_practical import session_equals_fresh_generation
     q = engine35()
-    session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?"], new_tokens=12)
+    session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?"], new_tokens=12,
+                                                       context=context)
     first_prompt, second_prompt = (len(q.encode(q.render_chat(history[:i]))) for i in (2, 4))
     assert session.prefilled == [first_prompt, second_prompt - first_prompt]  # the second from the snapshot on
 
