@@ -1,6 +1,7 @@
 """Draw the README's pictures that do not depend on trained weights, with the notebook's own plotting
-functions: docs/rope.png and docs/kv_cache_memory.png for the published Qwen3-0.6B config, and
-docs/qwen35_memory.png (Qwen3.5-0.8B's cache against Qwen3-0.6B's, as the context grows).
+functions: docs/rope.png, docs/yarn.png and docs/kv_cache_memory.png for the published Qwen3-0.6B config
+(YaRN at the model card's setting: factor 4 over 32,768 trained positions), and docs/qwen35_memory.png
+(Qwen3.5-0.8B's cache against Qwen3-0.6B's, as the context grows).
 (docs/benchmark.png comes from benchmarks/benchmark.py; attention maps only mean something with
 the real weights, so they are drawn when a user runs the notebook, never committed.)
 
@@ -25,9 +26,10 @@ def main():
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     q.plot_rope(cfg.head_dim, cfg.rope_theta, path=docs / "rope.png")
+    q.plot_yarn(cfg.head_dim, cfg.rope_theta, factor=4, original=32768, path=docs / "yarn.png")
     q.plot_kv_memory(cfg, bytes_per_value=2, path=docs / "kv_cache_memory.png")
     q.plot_memory_vs_context({"Qwen3-0.6B": cfg, "Qwen3.5-0.8B": q.QWEN3_5_0_8B}, path=docs / "qwen35_memory.png")
-    print(f"wrote {docs / 'rope.png'}, {docs / 'kv_cache_memory.png'} and {docs / 'qwen35_memory.png'}")
+    print(f"wrote {docs / 'rope.png'}, {docs / 'yarn.png'}, {docs / 'kv_cache_memory.png'} and {docs / 'qwen35_memory.png'}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def test_missing_checkpoint_says_how_to_download(tmp_path):
     (dict(rope_theta=None), ValueError, r"'rope_theta' is missing"),
     (dict(num_key_value_heads=3), ValueError, r"multiple of num_key_value_heads"),
     (dict(eos_token_id="x"), TypeError, r"'eos_token_id' should be int or list"),
-    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), ValueError, r"RoPE scaling"),
+    (dict(rope_scaling={"rope_type": "dynamic", "factor": 4.0}), ValueError, r"RoPE scaling of type 'dynamic'"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": "4"}), ValueError, r"YaRN's 'factor' should be a positive number"),
     (dict(head_dim=16), ValueError, r"tensor model\.layers\.0\.self_attn\.\w+\.weight has shape \(\d+,.*config\.json implies"),
 ])
 def test_bad_config(broken, change, error, message):
