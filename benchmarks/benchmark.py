@@ -4,10 +4,14 @@
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
     python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
+    python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
-Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
+Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once); the Qwen3.5 rows one with the
+exact Qwen3.5-0.8B text-model shapes (built once), where transformers runs its pure-PyTorch Gated
+DeltaNet (flash-linear-attention is a GPU package), so the notebook is also compared with its own
+Qwen3-0.6B figures, measured in the same runs. Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
 kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8, and (with --compile on,
@@ -279,10 +283,55 @@ def moe_rows(a, device):
             "roofline_b1_ms": live["roofline_ms"], "step_share": share}
 
 
+def qwen35_rows(a, device):
+    """Qwen3.5-0.8B's shapes: the notebook vs transformers, and vs the notebook on Qwen3-0.6B, alternating."""
+    from transformers import AutoModelForCausalLM
+    quick = a.quick
+    model_dir, qwen3_dir = checkpoint_dir("tiny-qwen3.5" if quick else "qwen3.5-0.8B"), checkpoint_dir("tiny" if quick else "0.6B")
+    n1, n_prefill, runs = (8, 64, 1) if quick else (64, 512, a.runs)
+    q, q3 = engine(model_dir, device), engine(qwen3_dir, device)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
+    vocab = min(q.tokenizer.get_vocab_size(), q3.tokenizer.get_vocab_size())
+    engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device),
+               "notebook_qwen3": lambda rows, n: ours_decode(q3, rows, n)}
+    for f in engines.values():
+        f(prompts(1, 32, vocab), 4)  # warm-up
+    decode = compare(f"Qwen3.5 decode tokens/s, batch 1, {n1} new tokens", engines, prompts(1, 32, vocab, seed=1), n1, runs)
+    prefill = compare(f"Qwen3.5 prefill seconds, {n_prefill}-token prompt", engines, prompts(1, n_prefill, vocab, seed=7), 2,
+                      runs, index=1)
+    return {"checkpoint": model_dir.name, "qwen3_checkpoint": qwen3_dir.name, "kernels": q.kernels_table(),
+            "machine": {"name": q.machine_name(), "device": str(q.device), "threads": torch.get_num_threads(),
+                        "torch": torch.__version__, "quick": quick},
+            "decode_b1_tokens_per_s": decode, "prefill_seconds": prefill, "prefill_tokens": n_prefill, "new_tokens": n1,
+            "weight_bytes": q.stored_bytes(), "qwen3_weight_bytes": q3.stored_bytes(),
+            "kv_bytes_per_token": q.kv_bytes_per_token(), "qwen3_kv_bytes_per_token": q3.kv_bytes_per_token(),
+            "state_bytes": q.state_bytes(q.config, q.cache_dtype().itemsize)}
+
+
+def qwen35_markdown(e):
+    d, p = e["decode_b1_tokens_per_s"], e["prefill_seconds"]
+    return "\n".join([
+        f"## Qwen3.5: `{e['checkpoint']}` (random weights, bf16) on {e['machine']['name']}", "",
+        "transformers runs its pure-PyTorch Gated DeltaNet here (flash-linear-attention is a GPU package), so the "
+        f"notebook's own Qwen3-0.6B (`{e['qwen3_checkpoint']}`), measured in the same alternating runs, is the other "
+        "reference. Higher is better except for seconds.", "",
+        "| measurement | notebook Qwen3.5 | transformers Qwen3.5 | ratio | notebook Qwen3-0.6B | Qwen3.5 / Qwen3 |",
+        "|---|---|---|---|---|---|",
+        f"| decode tokens/s, batch 1 ({e['new_tokens']} new tokens) | {d['notebook']:.2f} | {d['transformers']:.2f} | "
+        f"**{d['notebook'] / d['transformers']:.2f}x** | {d['notebook_qwen3']:.2f} | {d['notebook'] / d['notebook_qwen3']:.2f}x |",
+        f"| prefill seconds, {e['prefill_tokens']}-token prompt (ratio: speed) | {p['notebook']:.2f} | {p['transformers']:.2f} | "
+        f"**{p['transformers'] / p['notebook']:.2f}x** | {p['notebook_qwen3']:.2f} | {p['notebook_qwen3'] / p['notebook']:.2f}x |", "",
+        f"Weights held: {e['weight_bytes'] / 1e9:.2f} GB (Qwen3-0.6B: {e['qwen3_weight_bytes'] / 1e9:.2f} GB). Cache: "
+        f"{e['kv_bytes_per_token'] / 1024:.0f} KiB per token plus a fixed {e['state_bytes'] / 2**20:.1f} MiB per sequence "
+        f"(Qwen3-0.6B: {e['qwen3_kv_bytes_per_token'] / 1024:.0f} KiB per token). Kernels: `{json.dumps(e['kernels'])}`."]) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny models, few tokens: checks the script runs")
     p.add_argument("--no-moe", action="store_true", help="skip the mixture-of-experts rows")
+    p.add_argument("--no-qwen35", action="store_true", help="skip the Qwen3.5 rows")
+    p.add_argument("--only-qwen35", action="store_true", help="only the Qwen3.5 rows: docs/benchmark-qwen35.md, .json")
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
@@ -297,9 +346,19 @@ def main():
     torch.set_grad_enabled(False)
     a.compile = a.compile == "on" or a.compile == "auto" and (
         a.device.startswith("cuda") or a.device == "auto" and torch.cuda.is_available())
+    out, suffix = Path(a.out), "-quick" if a.quick else ""
+    if a.only_qwen35:
+        e = qwen35_rows(a, a.device)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"benchmark-qwen35{suffix}.json").write_text(json.dumps(e, indent=2) + "\n")
+        (out / f"benchmark-qwen35{suffix}.md").write_text(qwen35_markdown(e))
+        print(qwen35_markdown(e))
+        return
     report = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
+    if not a.no_qwen35:
+        report["qwen35"] = qwen35_rows(a, a.device)
     report["llama_cpp_reference"] = LLAMA_CPP
     ratio = lambda v: v["notebook"] / v["transformers"]
     ratios = {"decode_b1": ratio(report["decode_b1_tokens_per_s"]), "decode_b16": ratio(report["decode_b16_tokens_per_s"]),
@@ -315,8 +374,11 @@ def main():
         m = report["moe"]
         ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
                       moe_prefill=m["prefill_seconds"]["transformers"] / m["prefill_seconds"]["notebook"])
+    if "qwen35" in report:
+        e = report["qwen35"]
+        ratios.update(qwen35_decode_b1=ratio(e["decode_b1_tokens_per_s"]),
+                      qwen35_prefill=e["prefill_seconds"]["transformers"] / e["prefill_seconds"]["notebook"])
     report["ratios"] = ratios
-    out, suffix = Path(a.out), "-quick" if a.quick else ""
     (out / f"benchmark{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / f"benchmark{suffix}.md").write_text(markdown(report))
     print(f"wrote {out.name}/benchmark{suffix}.md, .json, .png")
@@ -396,6 +458,8 @@ def markdown(r):
         lines += ["", f"A batch-1 step reads {e['weight_bytes_per_step_b1'] / 1e9:.2f} GB of the {e['weight_bytes_total'] / 1e9:.2f} GB "
                   f"of weights (lm_head alone {e['lm_head_bytes'] / 1e9:.2f} GB: with so few layers it is a large part)"
                   + (f"; the MoE blocks take {share['moe_blocks_ms']:.1f} of the {share['step_ms']:.1f} ms step." if share else ".")]
+    if "qwen35" in r:
+        lines += ["", qwen35_markdown(r["qwen35"]).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
