@@ -4,14 +4,20 @@
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
     python3 benchmarks/benchmark.py --loads 5  # only: the kernels chosen by 5 fresh loads (same on each?)
+    python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
+    python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
-Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
+Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once); the Qwen3.5 rows one with the
+exact Qwen3.5-0.8B text-model shapes (built once), where transformers runs its pure-PyTorch Gated
+DeltaNet (flash-linear-attention is a GPU package), so the notebook is also compared with its own
+Qwen3-0.6B figures, measured in the same runs. Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
-kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8 and int4. The
-kernels every load chose (each engine, each memory probe) are recorded in the report. Writes
+kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8 and int4, and (with --compile on,
+the default on CUDA) once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA replayed as a
+CUDA graph, in a "compiled" column of the decode rows (each shape compiled in an untimed run first). The kernels every load chose (each engine, each memory probe) are recorded in the report. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
 """
@@ -213,6 +219,7 @@ def dense_rows(a, device):
     q = engine(model_dir, device)
     q8 = engine(model_dir, device, QWEN3_QUANT="int8")
     q4 = engine(model_dir, device, QWEN3_QUANT="int4")
+    qc = engine(model_dir, device, QWEN3_COMPILE="on") if a.compile else None
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
@@ -225,10 +232,14 @@ def dense_rows(a, device):
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "notebook_int8": lambda rows, n: ours_decode(q8, rows, n),
                "notebook_int4": lambda rows, n: ours_decode(q4, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
+    compiled = {"notebook_compiled": lambda rows, n: ours_decode(qc, rows, n)} if qc else {}
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
-        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines, rows, new, runs)
+        if qc:
+            ours_decode(qc, rows, new)  # compiles this batch size and cache length (untimed); the runs reuse it
+        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines | compiled,
+                                              rows, new, runs)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
     for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
@@ -274,6 +285,8 @@ def dense_rows(a, device):
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
         "memory": memory, "memory_new_tokens": new_tokens,
     }
+    if qc:
+        report["compile_seconds"] = {f"batch {k[0]}, cache {k[1]}": v for k, v in qc.COMPILE_SECONDS.items()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
@@ -314,12 +327,59 @@ def moe_rows(a, device):
             "roofline_b1_ms": live["roofline_ms"], "step_share": share}
 
 
+def qwen35_rows(a, device):
+    """Qwen3.5-0.8B's shapes: the notebook vs transformers, and vs the notebook on Qwen3-0.6B, alternating."""
+    from transformers import AutoModelForCausalLM
+    quick = a.quick
+    model_dir, qwen3_dir = checkpoint_dir("tiny-qwen3.5" if quick else "qwen3.5-0.8B"), checkpoint_dir("tiny" if quick else "0.6B")
+    n1, n_prefill, runs = (8, 64, 1) if quick else (64, 512, a.runs)
+    q, q3 = engine(model_dir, device), engine(qwen3_dir, device)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
+    vocab = min(q.tokenizer.get_vocab_size(), q3.tokenizer.get_vocab_size())
+    engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device),
+               "notebook_qwen3": lambda rows, n: ours_decode(q3, rows, n)}
+    for f in engines.values():
+        f(prompts(1, 32, vocab), 4)  # warm-up
+    decode = compare(f"Qwen3.5 decode tokens/s, batch 1, {n1} new tokens", engines, prompts(1, 32, vocab, seed=1), n1, runs)
+    prefill = compare(f"Qwen3.5 prefill seconds, {n_prefill}-token prompt", engines, prompts(1, n_prefill, vocab, seed=7), 2,
+                      runs, index=1)
+    return {"checkpoint": model_dir.name, "qwen3_checkpoint": qwen3_dir.name, "kernels": q.kernels_table(),
+            "machine": {"name": q.machine_name(), "device": str(q.device), "threads": torch.get_num_threads(),
+                        "torch": torch.__version__, "quick": quick},
+            "decode_b1_tokens_per_s": decode, "prefill_seconds": prefill, "prefill_tokens": n_prefill, "new_tokens": n1,
+            "weight_bytes": q.stored_bytes(), "qwen3_weight_bytes": q3.stored_bytes(),
+            "kv_bytes_per_token": q.kv_bytes_per_token(), "qwen3_kv_bytes_per_token": q3.kv_bytes_per_token(),
+            "state_bytes": q.state_bytes(q.config, q.cache_dtype().itemsize)}
+
+
+def qwen35_markdown(e):
+    d, p = e["decode_b1_tokens_per_s"], e["prefill_seconds"]
+    return "\n".join([
+        f"## Qwen3.5: `{e['checkpoint']}` (random weights, bf16) on {e['machine']['name']}", "",
+        "transformers runs its pure-PyTorch Gated DeltaNet here (flash-linear-attention is a GPU package), so the "
+        f"notebook's own Qwen3-0.6B (`{e['qwen3_checkpoint']}`), measured in the same alternating runs, is the other "
+        "reference. Higher is better except for seconds.", "",
+        "| measurement | notebook Qwen3.5 | transformers Qwen3.5 | ratio | notebook Qwen3-0.6B | Qwen3.5 / Qwen3 |",
+        "|---|---|---|---|---|---|",
+        f"| decode tokens/s, batch 1 ({e['new_tokens']} new tokens) | {d['notebook']:.2f} | {d['transformers']:.2f} | "
+        f"**{d['notebook'] / d['transformers']:.2f}x** | {d['notebook_qwen3']:.2f} | {d['notebook'] / d['notebook_qwen3']:.2f}x |",
+        f"| prefill seconds, {e['prefill_tokens']}-token prompt (ratio: speed) | {p['notebook']:.2f} | {p['transformers']:.2f} | "
+        f"**{p['transformers'] / p['notebook']:.2f}x** | {p['notebook_qwen3']:.2f} | {p['notebook_qwen3'] / p['notebook']:.2f}x |", "",
+        f"Weights held: {e['weight_bytes'] / 1e9:.2f} GB (Qwen3-0.6B: {e['qwen3_weight_bytes'] / 1e9:.2f} GB). Cache: "
+        f"{e['kv_bytes_per_token'] / 1024:.0f} KiB per token plus a fixed {e['state_bytes'] / 2**20:.1f} MiB per sequence "
+        f"(Qwen3-0.6B: {e['qwen3_kv_bytes_per_token'] / 1024:.0f} KiB per token). Kernels: `{json.dumps(e['kernels'])}`."]) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny models, few tokens: checks the script runs")
     p.add_argument("--no-moe", action="store_true", help="skip the mixture-of-experts rows")
+    p.add_argument("--no-qwen35", action="store_true", help="skip the Qwen3.5 rows")
+    p.add_argument("--only-qwen35", action="store_true", help="only the Qwen3.5 rows: docs/benchmark-qwen35.md, .json")
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="also time the compiled decode step (QWEN3_COMPILE=on); auto: on CUDA only")
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--loads", type=int, default=0, help="only check that N fresh loads choose the same kernels")
     p.add_argument("--quant", default="none", choices=["none", "int8", "int4"], help="the weights for --loads")
@@ -337,9 +397,21 @@ def main():
         print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
         return
     torch.set_grad_enabled(False)
+    a.compile = a.compile == "on" or a.compile == "auto" and (
+        a.device.startswith("cuda") or a.device == "auto" and torch.cuda.is_available())
+    out, suffix = Path(a.out), "-quick" if a.quick else ""
+    if a.only_qwen35:
+        e = qwen35_rows(a, a.device)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"benchmark-qwen35{suffix}.json").write_text(json.dumps(e, indent=2) + "\n")
+        (out / f"benchmark-qwen35{suffix}.md").write_text(qwen35_markdown(e))
+        print(qwen35_markdown(e))
+        return
     report = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
+    if not a.no_qwen35:
+        report["qwen35"] = qwen35_rows(a, a.device)
     report["llama_cpp_reference"] = LLAMA_CPP
     report["loads"] = LOADS
     ratio = lambda v: v["notebook"] / v["transformers"]
@@ -350,12 +422,19 @@ def main():
               "int4_vs_bf16_rss_growth": report["memory"]["int4"]["rss_growth"] / report["memory"]["none"]["rss_growth"],
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
+    for b in (1, 16):
+        speeds = report[f"decode_b{b}_tokens_per_s"]
+        if "notebook_compiled" in speeds:
+            ratios[f"compiled_vs_eager_decode_b{b}"] = speeds["notebook_compiled"] / speeds["notebook"]
     if "moe" in report:
         m = report["moe"]
         ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
                       moe_prefill=m["prefill_seconds"]["transformers"] / m["prefill_seconds"]["notebook"])
+    if "qwen35" in report:
+        e = report["qwen35"]
+        ratios.update(qwen35_decode_b1=ratio(e["decode_b1_tokens_per_s"]),
+                      qwen35_prefill=e["prefill_seconds"]["transformers"] / e["prefill_seconds"]["notebook"])
     report["ratios"] = ratios
-    out, suffix = Path(a.out), "-quick" if a.quick else ""
     (out / f"benchmark{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / f"benchmark{suffix}.md").write_text(markdown(report))
     print(f"wrote {out.name}/benchmark{suffix}.md, .json, .png")
@@ -386,6 +465,16 @@ def markdown(r):
     ]
     for n, v in r["prefill_seconds"].items():
         lines.append(row(f"prefill seconds, {n}-token prompt (ratio: speed)", v, lower_better=True))
+    if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
+        lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step, with `mode=\"reduce-overhead\"` "
+                  "on CUDA, a CUDA graph), same weights and prompts; compile time, once per shape: "
+                  + "; ".join(f"{k}: {v:.0f} s" for k, v in r.get("compile_seconds", {}).items()) + ".", "",
+                  "| measurement | notebook eager | notebook compiled | compiled / eager | transformers |", "|---|---|---|---|---|"]
+        for b in (1, 16):
+            v = r[f"decode_b{b}_tokens_per_s"]
+            lines.append(f"| decode tokens/s, batch {b} ({r['new_tokens'][f'b{b}']} new tokens) | {v['notebook']:.2f} | "
+                         f"{v['notebook_compiled']:.2f} | **{v['notebook_compiled'] / v['notebook']:.2f}x** | "
+                         f"{v['transformers']:.2f} |")
     lines += ["", f"| decode tokens/s by batch size ({r['new_tokens']['sweep']} new tokens; batch 1 and 16: the rows above) "
               "| notebook | transformers | ratio |",
               "|---|---|---|---|"]
@@ -432,6 +521,8 @@ def markdown(r):
         lines += ["", f"A batch-1 step reads {e['weight_bytes_per_step_b1'] / 1e9:.2f} GB of the {e['weight_bytes_total'] / 1e9:.2f} GB "
                   f"of weights (lm_head alone {e['lm_head_bytes'] / 1e9:.2f} GB: with so few layers it is a large part)"
                   + (f"; the MoE blocks take {share['moe_blocks_ms']:.1f} of the {share['step_ms']:.1f} ms step." if share else ".")]
+    if "qwen35" in r:
+        lines += ["", qwen35_markdown(r["qwen35"]).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

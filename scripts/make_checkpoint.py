@@ -271,18 +271,122 @@ def per_expert_layout(state):
     return out
 
 
+# Qwen3.5 (model_type qwen3_5): "tiny-qwen3.5" keeps the published quirks (3 Gated DeltaNet layers
+# then a gated attention layer, more value heads than key heads, dk != dv, head_dim != hidden / heads,
+# partial RoPE, tied embeddings); "qwen3.5-0.8B" is the published Qwen/Qwen3.5-0.8B text model.
+QWEN35_SIZES = {
+    "tiny-qwen3.5": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=5, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=32, vocab_size=640, max_position_embeddings=512,
+                         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                         linear_value_head_dim=24, linear_conv_kernel_dim=4, mrope_section=[1, 1, 2]),
+    "qwen3.5-0.8B": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
+                         num_key_value_heads=2, head_dim=256, vocab_size=248320, max_position_embeddings=262144,
+                         linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
+                         linear_value_head_dim=128, linear_conv_kernel_dim=4, mrope_section=[11, 11, 10]),
+}
+
+
+def build_qwen35(out_dir, size="tiny-qwen3.5", dtype="bfloat16", seed=0, tied=True, text_only=False):
+    """A random Qwen3.5 checkpoint as Qwen/Qwen3.5-* are published: made with
+    transformers.Qwen3_5ForConditionalGeneration (a one-block vision tower), config.json with the
+    text model's settings under "text_config", text weights under model.language_model.*, plus
+    model.visual.* and a few mtp.* (multi-token prediction) tensors, which text models skip.
+    text_only: a qwen3_5_text config and model.* names, as Qwen3_5ForCausalLM saves them.
+
+    Randomised so that the layers, not the tied embedding, pick the next token, while float32
+    rounding stays small: the zero-centred norms' w in [-0.5, 0.5], the gated norm's in [0.05, 0.15]
+    (at [0.5, 1.5] transformers' own float32 logits differ from its float64 ones by 7e-4 on a
+    150-token prompt, here by 4e-5), the Gated DeltaNet matrices at std 1/sqrt(in), the others 2/sqrt(in).
+    Returns the transformers model."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from safetensors.torch import save_file
+
+    shape = dict(QWEN35_SIZES[size])
+    mrope = shape.pop("mrope_section")
+    os.makedirs(out_dir, exist_ok=True)
+    tok = build_tokenizer(n_base_tokens=400)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    torch.manual_seed(seed)
+    n = shape["num_hidden_layers"]
+    text = dict(shape, rms_norm_eps=1e-6, tie_word_embeddings=tied, eos_token_id=eos, hidden_act="silu",
+                layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)],
+                rope_parameters={"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
+                                 "mrope_section": mrope, "mrope_interleaved": True})
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=shape["hidden_size"],
+                  patch_size=2, temporal_patch_size=1, spatial_merge_size=2, num_position_embeddings=4)
+    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=tied)
+    model = Qwen3_5ForConditionalGeneration._from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "visual" in name:
+                continue
+            if name.endswith("linear_attn.norm.weight"):
+                p.uniform_(0.05, 0.15)
+            elif name.endswith("norm.weight"):
+                p.uniform_(-0.5, 0.5)
+            elif name.endswith("A_log"):
+                p.uniform_(-2.0, 1.0)
+            elif name.endswith("dt_bias"):
+                p.uniform_(-1.0, 1.0)
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0.0, 0.5)
+            elif name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 1.0)
+            else:
+                p.normal_(0.0, (1.0 if "linear_attn" in name else 2.0) * p.shape[-1] ** -0.5)
+    model = model.to(getattr(torch, dtype))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if tied:
+        state.pop("lm_head.weight", None)
+    D, F = shape["hidden_size"], shape["intermediate_size"]
+    g = torch.Generator().manual_seed(seed + 1)
+    for name, s in {"mtp.fc.weight": (D, 2 * D), "mtp.norm.weight": (D,), "mtp.pre_fc_norm_embedding.weight": (D,),
+                    "mtp.pre_fc_norm_hidden.weight": (D,), "mtp.layers.0.mlp.down_proj.weight": (D, F)}.items():
+        state[name] = (torch.randn(s, generator=g) * 0.02).to(getattr(torch, dtype))
+    cfg = json.loads(json.dumps(config.to_dict(), default=str))
+    cfg.update(architectures=["Qwen3_5ForConditionalGeneration"], dtype=dtype)
+    cfg["text_config"].update(dtype=dtype, bos_token_id=None, pad_token_id=None)
+    if text_only:  # as Qwen3_5ForCausalLM saves it: the text config alone, model.* names, no vision, no mtp
+        state = {k.replace("model.language_model.", "model.", 1): v for k, v in state.items()
+                 if not k.startswith(("model.visual.", "mtp."))}
+        cfg = dict(cfg["text_config"], architectures=["Qwen3_5ForCausalLM"])
+    for f in os.listdir(out_dir):
+        if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+            os.remove(os.path.join(out_dir, f))
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": eot, "eos_token_id": [eos, eot], "pad_token_id": eot, "do_sample": True,
+                   "temperature": 0.6, "top_k": 20, "top_p": 0.95}, f, indent=2)
+    tok_cfg = {
+        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False, "bos_token": None,
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
+        "model_max_length": shape["max_position_embeddings"], "split_special_tokens": False,
+        "chat_template": QWEN3_CHAT_TEMPLATE,
+        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": i < N_SPECIAL, "lstrip": False,
+                                              "rstrip": False, "normalized": False, "single_word": False}
+                                 for i, t in enumerate(ADDED_TOKENS)},
+    }
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
+    return model
+
+
 def cached(path, size="tiny"):
     """A random checkpoint of `size` at path, built once and reused (benchmarks, pictures)."""
     if not os.path.exists(os.path.join(path, "config.json")):
         print(f"building a random {size} checkpoint in {path} (once) ...", flush=True)
-        build(str(path), size=size)
+        (build_qwen35 if size in QWEN35_SIZES else build)(str(path), size=size)
     return path
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir")
-    p.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    p.add_argument("--size", choices=sorted(SIZES) + sorted(QWEN35_SIZES), default="tiny")
     p.add_argument("--lm-head", choices=["present", "absent", "untied"], default=None,
                    help="default: as published, present for dense sizes, untied for MoE sizes")
     p.add_argument("--shards", type=int, default=1)
@@ -294,6 +398,10 @@ def main():
     p.add_argument("--mlp-only-layers", type=int, nargs="*", default=[], help="MoE: layers with a dense MLP")
     p.add_argument("--decoder-sparse-step", type=int, default=1, help="MoE: layer i sparse when (i+1) %% step == 0")
     a = p.parse_args()
+    if a.size in QWEN35_SIZES:
+        build_qwen35(a.out_dir, a.size, a.dtype, a.seed)
+        print(f"wrote a random {a.size} Qwen3.5 checkpoint to {a.out_dir}")
+        return
     moe = dict(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
                decoder_sparse_step=a.decoder_sparse_step) if is_moe(a.size) else {}
     build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed, **moe)

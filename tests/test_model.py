@@ -82,15 +82,19 @@ def first_divergence_is_near_tie(model, prompt, ours, theirs):
     return len(ours) == len(theirs)
 
 
-@pytest.mark.parametrize("variant", ["tiny", "untied"])
-def test_greedy_generation_equals_transformers(engine, reference, variant):
-    q, model = engine(variant), reference(variant)
+def check_greedy_equals_reference(q, model, new_tokens=40):
+    """The engine's greedy generate() against transformers' generate(), on a short chat prompt."""
     prompt = q.encode(q.render_chat([{"role": "user", "content": "Hello, who are you?"}]))
-    ours = q.generate([prompt], 40).tokens[0]
-    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=40, do_sample=False)
+    ours = q.generate([prompt], new_tokens).tokens[0]
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=new_tokens, do_sample=False)
     theirs = out[0, len(prompt):].tolist()
     assert len(set(theirs)) > 5, "the test checkpoint should produce varied text"
     assert first_divergence_is_near_tie(model, prompt, ours, theirs)
+
+
+@pytest.mark.parametrize("variant", ["tiny", "untied"])
+def test_greedy_generation_equals_transformers(engine, reference, variant):
+    check_greedy_equals_reference(engine(variant), reference(variant))
 
 
 def test_batched_generation_equals_transformers_and_single_runs(engine, reference, checkpoints):

@@ -50,19 +50,26 @@ def test_interrupt_returns_partial_result_and_model_stays_usable(engine, capsys)
     assert q.generate([prompt], 30).tokens == fresh.tokens
 
 
-@pytest.mark.parametrize("context", [4096, 64])  # 64: the cache has to grow during the conversation
-def test_session_equals_fresh_generation_and_reuses_the_prefix(engine, context):
-    q = engine()
+def session_equals_fresh_generation(q, questions, new_tokens=16, context=4096):
+    """A thinking-mode ChatSession, turn by turn against generate() on the whole rendered history;
+    returns the session and the history."""
     session = q.ChatSession(system="Be brief.", enable_thinking=True, context=context, temperature=0)
     history = [{"role": "system", "content": "Be brief."}]
-    for question in ["Hello there", "What did I just say?", "Thanks, bye"]:
+    for question in questions:
         history.append({"role": "user", "content": question})
-        prompt = q.encode(q.render_chat(history))
-        fresh = q.generate([prompt], 16)
-        session.ask(question, max_new_tokens=16, stream=False)
+        fresh = q.generate([q.encode(q.render_chat(history))], new_tokens)
+        session.ask(question, max_new_tokens=new_tokens, stream=False)
         assert session.last.tokens == fresh.tokens
         history.append({"role": "assistant", "content": fresh.text[0]})
         assert session.messages == history
+    return session, history
+
+
+@pytest.mark.parametrize("context", [4096, 64])  # 64: the cache has to grow during the conversation
+def test_session_equals_fresh_generation_and_reuses_the_prefix(engine, context):
+    q = engine()
+    session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?", "Thanks, bye"],
+                                                       context=context)
     first, *later = session.prefilled
     prompt_lengths = [len(q.encode(q.render_chat(history[:i]))) for i in (2, 4, 6)]
     assert first == prompt_lengths[0]

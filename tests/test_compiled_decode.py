@@ -1,0 +1,89 @@
+"""The static decode step (Part 5, "Why a GPU waits for Python"): fixed shapes, positions as tensors, the cache
+written in place, compiled with torch.compile under QWEN3_COMPILE=on. On the CPU here (the default torch.compile
+mode; CUDA graphs need a GPU). Each compiled shape costs seconds of C++ compilation, so these tests compile three
+graphs in all: batch 1 greedy, batch 2 greedy, batch 2 sampled."""
+
+import pytest
+import torch
+
+from conftest import TEST_DEVICE, random_ids
+from notebook_engine import load_engine
+
+
+@pytest.fixture(scope="module")
+def compiled(checkpoints):
+    return load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", QWEN3_COMPILE="on")
+
+
+def graph_counts():
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def test_static_step_logits_equal_the_eager_step(engine, reference):
+    """Attending over every slot of the cache (masked) with a tensor position gives the eager step's logits,
+    across a KEY_STEP boundary and at the cache's last slot; row 1 is left-padded; both equal transformers."""
+    q = engine()
+    max_len, n_prompt = 2 * q.KEY_STEP, q.KEY_STEP - 3
+    ids = random_ids(2, max_len, seed=11)
+    eager, static = q.make_cache(2, max_len), q.make_cache(2, max_len)
+    for cache in (eager, static):
+        cache.set_padding([0, 3])
+        q.forward(ids[:, :n_prompt].to(TEST_DEVICE), cache)
+    ref = reference()(ids.to(TEST_DEVICE)).logits.float()  # row 0, unpadded, as one whole sequence
+
+    def check(pos):
+        token = ids[:, pos:pos + 1].to(TEST_DEVICE)
+        want = q.forward(token, eager, pos)[:, -1]
+        got = q.static_logits(token, torch.tensor(pos, device=TEST_DEVICE), static)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[0], ref[0, pos], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(static.k[:, :, :, pos], eager.k[:, :, :, pos])  # written in place, at pos
+        static.filled = pos + 1
+
+    for pos in range(n_prompt, q.KEY_STEP + 2):  # 125, 126, 127 | 128, 129: over the KEY_STEP boundary
+        check(pos)
+    q.forward(ids[:, q.KEY_STEP + 2:max_len - 1].to(TEST_DEVICE), eager, q.KEY_STEP + 2)  # fill up to the end
+    q.forward(ids[:, q.KEY_STEP + 2:max_len - 1].to(TEST_DEVICE), static, q.KEY_STEP + 2)
+    check(max_len - 1)  # the last slot of the cache
+
+
+def test_compiled_greedy_equals_eager_and_compiles_once(engine, compiled):
+    """Two generations of the same batch size and cache length: tokens as eager's, one compile, no graph break."""
+    graphs, breaks = graph_counts()
+    for seed in (1, 2):
+        prompt = random_ids(1, 9, seed=seed).tolist()
+        assert compiled.generate(prompt, 24).tokens == engine().generate(prompt, 24).tokens
+    assert graph_counts() == (graphs + 1, breaks)
+    assert compiled.reusable_cache(1, 40).k[0].data_ptr() == compiled.reusable_cache(1, 100).k[0].data_ptr()
+
+
+def test_compiled_left_padded_batch_equals_eager(engine, compiled):
+    rows = [random_ids(1, 5, seed=3)[0].tolist(), random_ids(1, 11, seed=4)[0].tolist()]
+    assert compiled.generate(rows, 20).tokens == engine().generate(rows, 20).tokens
+
+
+def test_compiled_sampling_equals_eager_with_the_same_seed(engine, compiled):
+    rows = [random_ids(1, 5, seed=5)[0].tolist(), random_ids(1, 11, seed=6)[0].tolist()]
+    kw = dict(temperature=0.8, top_k=50, top_p=0.9, seed=7)
+    got = compiled.generate(rows, 20, **kw).tokens
+    assert got == engine().generate(rows, 20, **kw).tokens
+    assert got != engine().generate(rows, 20, **{**kw, "seed": 8}).tokens  # the draws do depend on the seed
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(QWEN3_COMPILE="yes"), "QWEN3_COMPILE='yes' is not a valid setting: use one of auto, on, off"),
+    (dict(QWEN3_COMPILE="on", QWEN3_MATMUL="packed"), "torch.compile cannot trace .* use QWEN3_MATMUL=auto or native"),
+])
+def test_compile_settings_checked(checkpoints, env, message):
+    with pytest.raises(ValueError, match=message):
+        load_engine(checkpoints("tiny"), device="cpu", dtype="float32", **env)
+
+
+def test_mixture_of_experts_stays_eager(tmp_path):
+    """Which experts run depends on the values: QWEN3_COMPILE=on is refused by name, auto stays eager."""
+    import make_checkpoint
+    make_checkpoint.build(str(tmp_path / "moe"), size="tiny-moe")
+    with pytest.raises(ValueError, match="QWEN3_COMPILE='on' but this is a mixture-of-experts model"):
+        load_engine(tmp_path / "moe", device=TEST_DEVICE, QWEN3_COMPILE="on")
+    assert not load_engine(tmp_path / "moe", device=TEST_DEVICE, QWEN3_COMPILE="auto").COMPILE
