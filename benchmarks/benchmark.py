@@ -3,13 +3,15 @@
     python3 benchmarks/benchmark.py            # full run (about 12 minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
+    python3 benchmarks/benchmark.py --only-speculation  # only speculate=4 vs plain (a few minutes)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
 Qwen3-30B-A3B layer shapes but 4 of its 48 layers (6 GB, built once). Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
-kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8. Writes
+kernels its calibration picks on this machine), and once more with QWEN3_QUANT=int8; both also decode
+three chat prompts at batch 1 with speculate=4 (prompt lookup, guess and check) against plain. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
 """
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from notebook_engine import load_engine  # noqa: E402
 
+CHAT_QUESTIONS = ["What is the capital of France?", "Write a haiku about tensors.", "Count from 1 to 10."]
 LLAMA_CPP = ("llama.cpp on the AMD EPYC with avx512_bf16 (2 threads), same random Qwen3-0.6B weights: "
              "22.0 tokens/s at batch 1 from a bf16 GGUF, 31.5 tokens/s from q8_0")
 
@@ -106,6 +109,29 @@ def measure(name, candidates, n_runs):
             runs[label].append(fn())
         print(f"  {name} run {r + 1}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in runs.items()), flush=True)
     return {label: statistics.median(v) for label, v in runs.items()}
+
+
+def speculation(q, new_tokens, runs, k=4):
+    """Batch-1 greedy decoding with speculate=k vs plain, on the chat prompts, runs taking turns:
+    {question: tokens per forward pass, tokens/s of each (medians), whether the tokens are the same}."""
+    rows = {}
+    for question in CHAT_QUESTIONS:
+        prompt = q.encode(q.render_chat([{"role": "user", "content": question}]))
+        runs_of = {0: [], k: []}
+        for _ in range(runs):
+            for s in runs_of:
+                runs_of[s].append(q.generate([prompt], new_tokens, speculate=s))
+        plain, guessed = runs_of[0], runs_of[k]
+        row = {"tokens_per_pass": (new_tokens - 1) / guessed[0].forward_passes,
+               "plain_tokens_per_s": statistics.median(r.decode_tokens_per_second for r in plain),
+               "speculate_tokens_per_s": statistics.median(r.decode_tokens_per_second for r in guessed),
+               "same_tokens": all(r.tokens == plain[0].tokens for r in plain + guessed)}
+        row["ratio"] = row["speculate_tokens_per_s"] / row["plain_tokens_per_s"]
+        print(f"  speculate={k} vs plain, {question!r}: {row['tokens_per_pass']:.2f} tokens per pass, "
+              f"{row['plain_tokens_per_s']:.2f} -> {row['speculate_tokens_per_s']:.2f} tokens/s ({row['ratio']:.2f}x), "
+              f"same tokens {row['same_tokens']}", flush=True)
+        rows[question] = row
+    return rows
 
 
 def time_inside_step(q, rows, new_tokens, function):
@@ -197,6 +223,9 @@ def dense_rows(a, device):
         results[f"prefill_{n}_seconds"] = compare(f"prefill seconds, {n}-token prompt", engines, long_prompt, 2,
                                                   runs if n <= 512 else 1, index=1)
 
+    n_guess = 16 if quick else a.speculate_tokens
+    guess = {"k": 4, "new_tokens": n_guess, "bf16": speculation(q, n_guess, runs), "int8": speculation(q8, n_guess, runs)}
+
     # where the time goes in one decode step: the notebook's own live measures
     live = {b: q.measure_machine(batch=b) for b in (1, 16)}
     live8 = q8.measure_machine(batch=1)
@@ -227,7 +256,7 @@ def dense_rows(a, device):
         "weight_bytes_per_step_int8": live8["weight_bytes"], "roofline_b1_ms": live[1]["roofline_ms"],
         "roofline_b1_tokens_per_s": 1000 / live[1]["roofline_ms"], "roofline_b1_int8_tokens_per_s": 1000 / live8["roofline_ms"],
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
-        "memory": memory, "memory_new_tokens": new_tokens,
+        "memory": memory, "memory_new_tokens": new_tokens, "speculation": guess,
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +305,9 @@ def main():
     p.add_argument("--device", default=os.environ.get("QWEN3_DEVICE", "auto"))
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
     p.add_argument("--out", default=str(ROOT / "docs"))
+    p.add_argument("--speculate-tokens", type=int, default=128, help="new tokens per speculate=4 vs plain run")
+    p.add_argument("--only-speculation", action="store_true",
+                   help="only the speculate=4 vs plain rows, on the dense model (prints them; writes nothing)")
     p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.memory_probe:
@@ -283,6 +315,14 @@ def main():
         print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
         return
     torch.set_grad_enabled(False)
+    if a.only_speculation:
+        model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
+        for label, env in [("bf16", {}), ("int8", {"QWEN3_QUANT": "int8"})]:
+            q = engine(model_dir, a.device, **env)
+            print(f"{label}: {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
+            q.generate([[1, 2, 3]], 4), q.generate([[1, 2, 3]], 8, speculate=4)  # warm-up
+            speculation(q, 16 if a.quick else a.speculate_tokens, 1 if a.quick else a.runs)
+        return
     report = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
@@ -292,7 +332,9 @@ def main():
               **{f"prefill_{n}": v["transformers"] / v["notebook"] for n, v in report["prefill_seconds"].items()},
               "int8_vs_bf16_decode_b1": report["decode_b1_tokens_per_s"]["notebook_int8"] / report["decode_b1_tokens_per_s"]["notebook"],
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
-              **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
+              **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()},
+              **{f"speculate4_b1_{w}": statistics.geometric_mean([r["ratio"] for r in report["speculation"][w].values()])
+                 for w in ("bf16", "int8")}}
     if "moe" in report:
         m = report["moe"]
         ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
@@ -345,6 +387,15 @@ def markdown(r):
               f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
               f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
               f"For comparison, {r['llama_cpp_reference']}.", "",
+              f"## Guess and check: batch-1 decoding with `speculate={r['speculation']['k']}` vs plain "
+              f"({r['speculation']['new_tokens']} new tokens after a chat prompt, greedy). bf16 and int8 products over "
+              "K + 1 rows may round differently from one row's, so a near tie can tip the other way (\"same tokens\": no); "
+              "in float32 the tokens are the same (tests/test_speculation.py).", "",
+              "| prompt | weights | tokens per forward pass | plain tokens/s | speculate tokens/s | ratio | same tokens |",
+              "|---|---|---|---|---|---|---|",
+              *[f"| {question} | {w} | {g['tokens_per_pass']:.2f} | {g['plain_tokens_per_s']:.2f} | "
+                f"{g['speculate_tokens_per_s']:.2f} | **{g['ratio']:.2f}x** | {'yes' if g['same_tokens'] else 'no'} |"
+                for w in ("bf16", "int8") for question, g in r["speculation"][w].items()], "",
               f"## Memory (separate process, notebook engine only: load + batch-1 generation of {r['memory_new_tokens']} "
               "tokens after a 32-token prompt)", "", "| weights | peak RSS growth over `import torch` | weights held | budget "
               "(checkpoint files + KV cache + 300 MiB) |", "|---|---|---|---|"]
