@@ -6,6 +6,7 @@
     python3 benchmarks/benchmark.py --loads 5  # only: the kernels chosen by 5 fresh loads (same on each?)
     python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
     python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
+    python3 benchmarks/benchmark.py --only-speculation  # only speculate=4 vs plain (a few minutes)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
@@ -17,7 +18,8 @@ with stop ids disabled, so they produce the same number of tokens; transformers 
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
 kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8 and int4, and (with --compile on,
 the default on CUDA) once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA replayed as a
-CUDA graph, in a "compiled" column of the decode rows (each shape compiled in an untimed run first). The kernels every load chose (each engine, each memory probe) are recorded in the report. Writes
+CUDA graph, in a "compiled" column of the decode rows (each shape compiled in an untimed run first). The kernels every load chose (each engine, each memory probe) are recorded in the report. Both bf16 and int8 also
+decode three chat prompts at batch 1 with speculate=4 (prompt lookup, guess and check) against plain. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
 """
@@ -44,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from notebook_engine import load_engine  # noqa: E402
 
+CHAT_QUESTIONS = ["What is the capital of France?", "Write a haiku about tensors.", "Count from 1 to 10."]
 LLAMA_CPP = ("llama.cpp on the AMD EPYC with avx512_bf16 (2 threads), same random Qwen3-0.6B weights: "
              "22.0 tokens/s at batch 1 from a bf16 GGUF, 31.5 tokens/s from q8_0")
 
@@ -118,6 +121,29 @@ def measure(name, candidates, n_runs):
             runs[label].append(fn())
         print(f"  {name} run {r + 1}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in runs.items()), flush=True)
     return {label: statistics.median(v) for label, v in runs.items()}
+
+
+def speculation(q, new_tokens, runs, k=4):
+    """Batch-1 greedy decoding with speculate=k vs plain, on the chat prompts, runs taking turns:
+    {question: tokens per forward pass, tokens/s of each (medians), whether the tokens are the same}."""
+    rows = {}
+    for question in CHAT_QUESTIONS:
+        prompt = q.encode(q.render_chat([{"role": "user", "content": question}]))
+        runs_of = {0: [], k: []}
+        for _ in range(runs):
+            for s in runs_of:
+                runs_of[s].append(q.generate([prompt], new_tokens, speculate=s))
+        plain, guessed = runs_of[0], runs_of[k]
+        row = {"tokens_per_pass": (new_tokens - 1) / guessed[0].forward_passes,
+               "plain_tokens_per_s": statistics.median(r.decode_tokens_per_second for r in plain),
+               "speculate_tokens_per_s": statistics.median(r.decode_tokens_per_second for r in guessed),
+               "same_tokens": all(r.tokens == plain[0].tokens for r in plain + guessed)}
+        row["ratio"] = row["speculate_tokens_per_s"] / row["plain_tokens_per_s"]
+        print(f"  speculate={k} vs plain, {question!r}: {row['tokens_per_pass']:.2f} tokens per pass, "
+              f"{row['plain_tokens_per_s']:.2f} -> {row['speculate_tokens_per_s']:.2f} tokens/s ({row['ratio']:.2f}x), "
+              f"same tokens {row['same_tokens']}", flush=True)
+        rows[question] = row
+    return rows
 
 
 def time_inside_step(q, rows, new_tokens, function):
@@ -251,6 +277,9 @@ def dense_rows(a, device):
         results[f"prefill_{n}_seconds"] = compare(f"prefill seconds, {n}-token prompt", engines, long_prompt, 2,
                                                   runs if n <= 512 else 1, index=1)
 
+    n_guess = 16 if quick else a.speculate_tokens
+    guess = {"k": 4, "new_tokens": n_guess, "bf16": speculation(q, n_guess, runs), "int8": speculation(q8, n_guess, runs)}
+
     # where the time goes in one decode step: the notebook's own live measures
     live = {b: q.measure_machine(batch=b) for b in (1, 16)}
     live8, live4 = q8.measure_machine(batch=1), q4.measure_machine(batch=1)
@@ -283,7 +312,7 @@ def dense_rows(a, device):
         "roofline_b1_ms": live[1]["roofline_ms"], "roofline_b1_int4_tokens_per_s": 1000 / live4["roofline_ms"],
         "roofline_b1_tokens_per_s": 1000 / live[1]["roofline_ms"], "roofline_b1_int8_tokens_per_s": 1000 / live8["roofline_ms"],
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
-        "memory": memory, "memory_new_tokens": new_tokens,
+        "memory": memory, "memory_new_tokens": new_tokens, "speculation": guess,
     }
     if qc:
         report["compile_seconds"] = {f"batch {k[0]}, cache {k[1]}": v for k, v in qc.COMPILE_SECONDS.items()}
@@ -383,6 +412,9 @@ def main():
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--loads", type=int, default=0, help="only check that N fresh loads choose the same kernels")
     p.add_argument("--quant", default="none", choices=["none", "int8", "int4"], help="the weights for --loads")
+    p.add_argument("--speculate-tokens", type=int, default=128, help="new tokens per speculate=4 vs plain run")
+    p.add_argument("--only-speculation", action="store_true",
+                   help="only the speculate=4 vs plain rows, on the dense model (prints them; writes nothing)")
     p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
     p.add_argument("--kernels-probe", nargs=3, metavar=("DIR", "DEVICE", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -407,6 +439,14 @@ def main():
         (out / f"benchmark-qwen35{suffix}.md").write_text(qwen35_markdown(e))
         print(qwen35_markdown(e))
         return
+    if a.only_speculation:
+        model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
+        for label, env in [("bf16", {}), ("int8", {"QWEN3_QUANT": "int8"})]:
+            q = engine(model_dir, a.device, **env)
+            print(f"{label}: {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
+            q.generate([[1, 2, 3]], 4), q.generate([[1, 2, 3]], 8, speculate=4)  # warm-up
+            speculation(q, 16 if a.quick else a.speculate_tokens, 1 if a.quick else a.runs)
+        return
     report = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
@@ -426,6 +466,8 @@ def main():
         speeds = report[f"decode_b{b}_tokens_per_s"]
         if "notebook_compiled" in speeds:
             ratios[f"compiled_vs_eager_decode_b{b}"] = speeds["notebook_compiled"] / speeds["notebook"]
+    ratios.update({f"speculate4_b1_{w}": statistics.geometric_mean([r["ratio"] for r in report["speculation"][w].values()])
+                   for w in ("bf16", "int8")})
     if "moe" in report:
         m = report["moe"]
         ratios.update(moe_decode_b1=ratio(m["decode_b1_tokens_per_s"]), moe_decode_b16=ratio(m["decode_b16_tokens_per_s"]),
@@ -497,6 +539,15 @@ def markdown(r):
               f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
               f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}, int4 {r['roofline_b1_int4_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
               f"For comparison, {r['llama_cpp_reference']}.", "",
+              f"## Guess and check: batch-1 decoding with `speculate={r['speculation']['k']}` vs plain "
+              f"({r['speculation']['new_tokens']} new tokens after a chat prompt, greedy). bf16 and int8 products over "
+              "K + 1 rows may round differently from one row's, so a near tie can tip the other way (\"same tokens\": no); "
+              "in float32 the tokens are the same (tests/test_speculation.py).", "",
+              "| prompt | weights | tokens per forward pass | plain tokens/s | speculate tokens/s | ratio | same tokens |",
+              "|---|---|---|---|---|---|---|",
+              *[f"| {question} | {w} | {g['tokens_per_pass']:.2f} | {g['plain_tokens_per_s']:.2f} | "
+                f"{g['speculate_tokens_per_s']:.2f} | **{g['ratio']:.2f}x** | {'yes' if g['same_tokens'] else 'no'} |"
+                for w in ("bf16", "int8") for question, g in r["speculation"][w].items()], "",
               f"## Memory (separate process, notebook engine only: load + batch-1 generation of {r['memory_new_tokens']} "
               "tokens after a 32-token prompt)", "", "| weights | peak RSS growth over `import torch` | weights held | budget "
               "(checkpoint files + KV cache + 300 MiB) |", "|---|---|---|---|"]

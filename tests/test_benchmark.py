@@ -20,7 +20,8 @@ def test_quick_benchmark_writes_its_report(tmp_path):
     report = json.loads((tmp_path / "benchmark-quick.json").read_text())
     for key in ("decode_b1", "decode_b16", "prefill_64", "int8_vs_bf16_decode_b1", "int4_vs_bf16_decode_b1",
                 "int4_vs_bf16_rss_growth", "b1_vs_roofline", "sweep_b1",
-                "sweep_b4", "sweep_b16", "sweep_b64", "moe_decode_b1", "moe_decode_b16", "moe_prefill"):
+                "sweep_b4", "sweep_b16", "sweep_b64", "moe_decode_b1", "moe_decode_b16", "moe_prefill",
+                "speculate4_b1_bf16", "speculate4_b1_int8"):
         assert report["ratios"][key] > 0
     assert report["machine"]["name"] and report["kernels"]["weights"] in ("plain", "packed")
     assert "/" not in report["checkpoint"]  # no paths of the machine that ran it
@@ -38,6 +39,8 @@ def test_quick_benchmark_writes_its_report(tmp_path):
     assert all(x["kernels"]["weights"] for x in report["loads"]) and report["kernels_int4"]["weights"] == "int4"
     table = (tmp_path / "benchmark-quick.md").read_text()
     assert "| decode tokens/s, batch 1 (16 new tokens) |" in table and "inside a notebook step" in table
+    assert "| tokens per forward pass |" in table and all(  # same tokens: float32 only (tests/test_speculation.py)
+        row["tokens_per_pass"] >= 1 for w in ("bf16", "int8") for row in report["speculation"][w].values())
     assert "Machine: **" in table and "Mixture of experts" in table and "llama.cpp" in table
     assert (tmp_path / "benchmark-quick.png").stat().st_size > 10_000
 
