@@ -54,3 +54,14 @@ def test_committed_notebook_is_clean():
     assert sum("parameters" in t for t in tags) == 1
     assert any("demo" in t for t in tags)
     nbformat.validate(nb)
+
+
+def test_notebook_runs_on_a_qwen35_checkpoint(tmp_path, monkeypatch):
+    """Every cell on Qwen3.5 (Gated DeltaNet and gated attention): the demos of Qwen3-only parts (the layer-0
+    walk, speculation, the mistakes) say so instead of failing, and the Qwen3.5 demo runs on the loaded model."""
+    import make_checkpoint
+    make_checkpoint.build_qwen35(str(tmp_path / "qwen35"))
+    code = run_notebook(tmp_path / "qwen35", monkeypatch)
+    text = "".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "median half-life per head" in text and "the walk is of a Qwen3 attention layer" in text
+    assert "tokens/s" in text and "KERNELS =" in text
