@@ -179,3 +179,16 @@ def test_unsupported_layer_types_and_moe_are_refused_by_name(q35, tmp_path, chan
     edit_config(path, change)
     with pytest.raises(ValueError, match=message):
         load_engine(path, device=TEST_DEVICE, dtype="float32")
+
+
+def test_cache_preflight_counts_the_fixed_memory(engine35, monkeypatch):
+    """A cache for Qwen3.5 needs its KV slots plus every Gated DeltaNet layer's state, per sequence."""
+    q = engine35()
+    kv_only = 2 * 128 * q.kv_bytes_per_token()
+    state = 2 * q.state_bytes(q.config, q.cache_dtype().itemsize)
+    assert state > 0
+    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state // 2)
+    with pytest.raises(MemoryError, match="KV cache for 2 x 128 tokens"):
+        q.new_cache(2, 128)
+    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state + 1)
+    assert q.new_cache(2, 128).max_len == 128
