@@ -48,7 +48,7 @@ def test_packing_and_float32_cache_need_to_win_everywhere(q):
     assert q.replaces([0.7, 1.05]) and not q.replaces([0.95, 1.0]) and not q.replaces([0.5, 1.2])
 
 
-def test_every_candidate_runs_in_every_round_in_turns(q, monkeypatch):
+def test_every_candidate_runs_in_every_round_in_turns(q):
     calls = []
     candidates = {name: (lambda n=name: calls.append(n)) for name in "abc"}
 

@@ -192,3 +192,8 @@ def test_cache_preflight_counts_the_fixed_memory(engine35, monkeypatch):
         q.new_cache(2, 128)
     monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state + 1)
     assert q.new_cache(2, 128).max_len == 128
+
+
+def test_compile_on_is_refused_by_name(q35):
+    with pytest.raises(ValueError, match="QWEN3_COMPILE='on' but this is Qwen3.5"):
+        load_engine(q35(), device=TEST_DEVICE, dtype="float32", QWEN3_COMPILE="on")
