@@ -492,7 +492,7 @@ def markdown(r):
         f"**{speed(v, 'notebook', lower_better):.2f}x** | {speed(v, 'notebook_int8', lower_better):.2f}x | "
         f"{speed(v, 'notebook_int4', lower_better):.2f}x |")
     lines = [
-        f"# Benchmark: notebook engine vs transformers", "",
+        "# Benchmark: notebook engine vs transformers", "",
         f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}). "
         f"Checkpoint: `{r['checkpoint']}` (random weights, bf16). Greedy decoding, stop ids disabled, transformers "
         "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",

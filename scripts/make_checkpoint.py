@@ -23,7 +23,6 @@ router model.layers.{i}.mlp.gate.weight), although transformers 5 keeps the expe
 import argparse
 import json
 import os
-import shutil
 
 import torch
 

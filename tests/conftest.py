@@ -1,7 +1,9 @@
 """Shared fixtures: tiny random Qwen3 checkpoints (made with transformers) and the notebook's
 engine loaded on them. Nothing here computes the model: the notebook does, transformers checks."""
 
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # QWEN3_TEST_DEVICE=cuda (benchmarks/device_check.sh). Inputs are made on the CPU, as before, then moved.
 TEST_DEVICE = os.environ.get("QWEN3_TEST_DEVICE", "cpu")
 
-# name -> build() options. "tiny" is laid out as Qwen3-0.6B is published.
+# name -> make_checkpoint.build() options ("qwen35": build_qwen35()). "tiny" is laid out as Qwen3-0.6B is published.
 VARIANTS = {
     "tiny": {},
     "tied_absent": dict(lm_head="absent", seed=1),            # as Qwen3-4B: no lm_head.weight
@@ -29,6 +31,15 @@ VARIANTS = {
     "sharded": dict(lm_head="absent", shards=3, seed=3),      # 4B-style: tied, absent, sharded
     "config_v5": dict(config_layout="5", template_file=True, seed=4),  # transformers 5 layout
     "base": dict(base=True, seed=5),                          # a -Base model: stops on <|endoftext|>
+    # Qwen3-MoE, as Qwen3-30B-A3B is published (untied, one tensor per expert)
+    "moe": dict(size="tiny-moe"),
+    "moe_dense_layer_1": dict(size="tiny-moe", mlp_only_layers=[1], seed=1),    # a dense MLP between sparse layers
+    "moe_sparse_step_2": dict(size="tiny-moe", decoder_sparse_step=2, seed=2),  # only layer 1 sparse: (i + 1) % 2 == 0
+    "moe_no_topk_renorm": dict(size="tiny-moe", norm_topk_prob=False, seed=3),  # top-k softmax weights as they are
+    "moe_transformers5_config": dict(size="tiny-moe", config_layout="5", shards=2, seed=4),  # "num_local_experts"
+    # Qwen3.5: the published vision-language layout (mtp.* tensors too), and a text-only one (qwen3_5_text)
+    "qwen35": dict(qwen35=True, seed=0),
+    "qwen35_text": dict(qwen35=True, text_only=True, seed=0),
 }
 
 
@@ -39,8 +50,8 @@ def checkpoints(tmp_path_factory):
 
     def get(name):
         if name not in built:
-            path = root / name
-            make_checkpoint.build(str(path), **VARIANTS[name])
+            path, options = root / name, dict(VARIANTS[name])
+            (make_checkpoint.build_qwen35 if options.pop("qwen35", False) else make_checkpoint.build)(str(path), **options)
             built[name] = path
         return built[name]
     return get
@@ -48,30 +59,49 @@ def checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def engine(checkpoints):
-    """engine(variant="tiny", dtype="float32") -> the notebook's namespace on that checkpoint, on TEST_DEVICE."""
+    """engine(variant="tiny", dtype="float32", **settings) -> the notebook's namespace on that checkpoint,
+    on TEST_DEVICE, loaded with those QWEN3_* settings."""
     cache = {}
 
-    def get(variant="tiny", dtype="float32"):
-        if (variant, dtype) not in cache:
-            cache[variant, dtype] = load_engine(checkpoints(variant), device=TEST_DEVICE, dtype=dtype)
-        return cache[variant, dtype]
+    def get(variant="tiny", dtype="float32", **env):
+        key = (variant, dtype, tuple(sorted(env.items())))
+        if key not in cache:
+            cache[key] = load_engine(checkpoints(variant), device=TEST_DEVICE, dtype=dtype, **env)
+        return cache[key]
     return get
 
 
 @pytest.fixture(scope="session")
 def reference(checkpoints):
-    """reference(variant="tiny", dtype=torch.float32, attn="eager") -> transformers Qwen3ForCausalLM
-    on TEST_DEVICE (pass it inputs there: `ids.to(model.device)`)."""
-    from transformers import Qwen3ForCausalLM
+    """reference(variant="tiny", dtype=torch.float32, attn="eager") -> transformers' model for that
+    checkpoint (Qwen3, Qwen3-MoE, Qwen3.5) on TEST_DEVICE (pass it inputs there: `ids.to(model.device)`)."""
+    from transformers import AutoModelForCausalLM
     cache = {}
 
     def get(variant="tiny", dtype=torch.float32, attn="eager"):
         key = (variant, dtype, attn)
         if key not in cache:
-            cache[key] = Qwen3ForCausalLM.from_pretrained(checkpoints(variant), dtype=dtype,
-                                                          attn_implementation=attn).to(TEST_DEVICE).eval()
+            cache[key] = AutoModelForCausalLM.from_pretrained(checkpoints(variant), dtype=dtype,
+                                                              attn_implementation=attn).to(TEST_DEVICE).eval()
         return cache[key]
     return get
+
+
+def edited_copy(source, path, change=None, **config):
+    """A copy of checkpoint `source` at `path`, with edit_config's changes."""
+    shutil.copytree(source, path)
+    return edit_config(path, change, **config)
+
+
+def edit_config(path, change=None, **config):
+    """Change the config.json of the checkpoint at `path`: keys set (None: removed), then change(config)."""
+    cfg = json.loads((path / "config.json").read_text())
+    for key, value in config.items():
+        cfg.pop(key) if value is None else cfg.__setitem__(key, value)
+    if change:
+        change(cfg)
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
 
 
 def random_ids(n_rows, n_tokens, high=426, seed=0):
@@ -118,3 +148,18 @@ def quantized_engines(root, checkpoints, quant, stored, moe_size, seed):
                            reference.to(TEST_DEVICE).eval())
         return cache[kind]
     return get
+
+
+def session_equals_fresh_generation(q, questions, new_tokens=16, context=4096, **ask):
+    """A thinking-mode ChatSession, turn by turn against generate() on the whole rendered history (ask:
+    more arguments of ChatSession.ask); returns the session and the history."""
+    session = q.ChatSession(system="Be brief.", enable_thinking=True, context=context, temperature=0)
+    history = [{"role": "system", "content": "Be brief."}]
+    for question in questions:
+        history.append({"role": "user", "content": question})
+        fresh = q.generate([q.encode(q.render_chat(history))], new_tokens)
+        session.ask(question, max_new_tokens=new_tokens, stream=False, **ask)
+        assert session.last.tokens == fresh.tokens
+        history.append({"role": "assistant", "content": fresh.text[0]})
+        assert session.messages == history
+    return session, history

@@ -52,16 +52,23 @@ def test_packing_decided_on_the_few_row_products(q):
     assert q.replaces([0.7, 1.05]) and not q.replaces([0.95, 1.0]) and not q.replaces([0.5, 1.2])
 
 
-def test_kv_cache_and_long_chunks_dtypes(q):
-    def times(decode, prefill):  # float32's seconds per round; the model dtype's are 10 ms every round
-        return {("decode", "model"): rounds(*[10] * 5), ("decode", "float32"): rounds(*decode),
-                ("prefill", "model"): rounds(*[10] * 5), ("prefill", "float32"): rounds(*prefill)}
+def test_attention_choices(q):
+    def times(decode, prefill, k_first=None):  # float32's seconds per round; the model dtype's are 10 ms every round
+        ten = rounds(*[10] * 5)
+        return {("decode", "model", "direct"): ten, ("decode", "model", "k_first"): rounds(*(k_first or [10] * 5)),
+                ("decode", "float32", "direct"): rounds(*decode), ("decode", "float32", "k_first"): rounds(*[30] * 5),
+                ("prefill", "model"): ten, ("prefill", "float32"): rounds(*prefill)}
     same, slow_round = [10] * 5, [10, 10, 40, 10, 10]
-    assert q.cache_and_chunk_dtypes(times(same, [6, 6, 6, 30, 6])) == ("model", "float32")  # widen chunks only
-    assert q.cache_and_chunk_dtypes(times([10.5, 11.2, 9.4, 10.8, 11.4], [6, 6, 6, 6, 6])) == ("model", "float32")
-    assert q.cache_and_chunk_dtypes(times([3, 3, 30, 3, 3], same)) == ("float32", "model")  # decode clearly faster
-    assert q.cache_and_chunk_dtypes(times([3, 3, 3, 3, 3], [12, 12, 12, 12, 12])) == ("model", "model")  # prefill slower
-    assert q.cache_and_chunk_dtypes(times(slow_round, slow_round)) == ("model", "model")
+    choose = q.attention_choices
+    assert choose(times(same, [6, 6, 6, 30, 6])) == ("model", "float32", "direct")  # widen long chunks only
+    assert choose(times([10.5, 11.2, 9.4, 10.8, 11.4], [6] * 5)) == ("model", "float32", "direct")
+    assert choose(times([3, 3, 30, 3, 3], same)) == ("float32", "model", "direct")  # decoding clearly faster
+    assert choose(times([3] * 5, [12] * 5)) == ("model", "model", "direct")  # but prefill slower
+    assert choose(times(slow_round, slow_round)) == ("model", "model", "direct")
+    assert choose(times(same, same, k_first=[7, 7, 7, 30, 7])) == ("model", "model", "k_first")  # clearly faster
+    assert choose(times(same, same, k_first=[9.5, 9.5, 2, 2, 9.5])) == ("model", "model", "direct")  # 5%: not
+    # the float32 cache is compared in its own faster form: here (k @ q^T)^T at 30 ms loses to q @ k^T at 5
+    assert choose(times([5] * 5, same, k_first=[8] * 5)) == ("float32", "model", "direct")
 
 
 def test_every_candidate_runs_in_every_round_in_turns(q):
@@ -80,17 +87,19 @@ def test_every_candidate_runs_in_every_round_in_turns(q):
 def test_kernels_table_is_the_choices_only(q):
     table = q.kernels_table()
     assert json.loads(json.dumps(table)) == table
-    assert set(table) >= {"plain", "packed", "int8", "int4", "kv_cache", "attention", "weights"}
+    assert set(table) >= {"plain", "packed", "int8", "int4", "kv_cache", "attention", "scores", "weights"}
     assert all(isinstance(v, str) or all(isinstance(f, str) for f in v.values()) for v in table.values())
 
 
-def test_kv_cache_decided_on_decode_and_prefill_work(q, monkeypatch, capsys):
+def test_attention_decided_on_decode_and_prefill_work(q, monkeypatch, capsys):
     if TEST_DEVICE != "cpu":
-        pytest.skip("the cache dtype is measured on CPUs")
+        pytest.skip("attention's choices are measured on CPUs")
     seen = []
     real = q.attention
-    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.append((qs.shape[1], k.shape[2], k.dtype)) or real(qs, k, v, mask))
-    cache, chunks = q.fastest_kv_cache(decode_keys=1024, prefill_keys=2048)
-    assert cache in ("model", "float32") and chunks in ("model", "float32")
-    assert {(1, 1024, torch.bfloat16), (1, 1024, torch.float32), (128, 2048, torch.bfloat16), (128, 2048, torch.float32)} == set(seen)
+    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.append(
+        (qs.shape[1], k.shape[2], k.dtype, q.KERNELS["scores"])) or real(qs, k, v, mask))
+    cache, chunks, scores = q.fastest_attention(decode_keys=1024, prefill_keys=2048)
+    assert cache in ("model", "float32") and chunks in ("model", "float32") and scores in ("direct", "k_first")
+    decode = {(1, 1024, t, s) for t in (torch.bfloat16, torch.float32) for s in ("direct", "k_first")}
+    assert decode | {(128, 2048, t, "direct") for t in (torch.bfloat16, torch.float32)} == set(seen)
     assert "median of 5 rounds" in capsys.readouterr().out

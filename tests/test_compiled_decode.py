@@ -80,10 +80,8 @@ def test_compile_settings_checked(checkpoints, env, message):
         load_engine(checkpoints("tiny"), device="cpu", dtype="float32", **env)
 
 
-def test_mixture_of_experts_stays_eager(tmp_path):
+def test_mixture_of_experts_stays_eager(checkpoints):
     """Which experts run depends on the values: QWEN3_COMPILE=on is refused by name, auto stays eager."""
-    import make_checkpoint
-    make_checkpoint.build(str(tmp_path / "moe"), size="tiny-moe")
     with pytest.raises(ValueError, match="QWEN3_COMPILE='on' but this is a mixture-of-experts model"):
-        load_engine(tmp_path / "moe", device=TEST_DEVICE, QWEN3_COMPILE="on")
-    assert not load_engine(tmp_path / "moe", device=TEST_DEVICE, QWEN3_COMPILE="auto").COMPILE
+        load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="on")
+    assert not load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="auto").COMPILE

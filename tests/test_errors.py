@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from conftest import edit_config
 from notebook_engine import load_engine
 
 
@@ -17,16 +18,6 @@ def broken(checkpoints, tmp_path):
     path = tmp_path / "ckpt"
     shutil.copytree(checkpoints("tiny"), path)
     return path
-
-
-def edit_config(path, **changes):
-    cfg = json.loads((path / "config.json").read_text())
-    for k, v in changes.items():
-        if v is None:
-            cfg.pop(k)
-        else:
-            cfg[k] = v
-    (path / "config.json").write_text(json.dumps(cfg))
 
 
 def edit_tensors(path, fn):

@@ -4,40 +4,19 @@ Qwen3MoeForCausalLM on tiny random checkpoints stored one tensor per expert, as 
 import pytest
 import torch
 
-import make_checkpoint
-from conftest import TEST_DEVICE, random_ids
+from conftest import VARIANTS, edited_copy, random_ids
 from notebook_engine import load_engine
 
-# name -> make_checkpoint.build() options for size "tiny-moe"
-MOE_VARIANTS = {
-    "all_sparse": {},
-    "dense_layer_1": dict(mlp_only_layers=[1], seed=1),        # a dense MLP between sparse layers
-    "sparse_step_2": dict(decoder_sparse_step=2, seed=2),      # only layer 1 sparse: (i + 1) % 2 == 0
-    "no_topk_renorm": dict(norm_topk_prob=False, seed=3),      # top-k softmax weights not renormalised
-    "transformers5_config": dict(config_layout="5", shards=2, seed=4),  # "num_local_experts", sharded
-}
+MOE_VARIANTS = [name for name in VARIANTS if name.startswith("moe")]  # conftest: the Qwen3-MoE layouts
 
 
 @pytest.fixture(scope="module")
-def moe(tmp_path_factory):
+def moe(engine, reference):
     """moe(variant) -> (notebook engine, transformers eager model), float32 unless dtype= says."""
-    root, built, loaded = tmp_path_factory.mktemp("moe"), {}, {}
-
-    def get(variant="all_sparse", dtype="float32"):
-        from transformers import Qwen3MoeForCausalLM
-        if variant not in built:
-            built[variant] = root / variant
-            make_checkpoint.build(str(built[variant]), size="tiny-moe", **MOE_VARIANTS[variant])
-        if (variant, dtype) not in loaded:
-            ours = load_engine(built[variant], device=TEST_DEVICE, dtype=dtype)
-            theirs = Qwen3MoeForCausalLM.from_pretrained(built[variant], dtype=getattr(torch, dtype),
-                                                         attn_implementation="eager").to(TEST_DEVICE).eval()
-            loaded[variant, dtype] = ours, theirs
-        return loaded[variant, dtype]
-    return get
+    return lambda variant="moe", dtype="float32": (engine(variant, dtype), reference(variant, getattr(torch, dtype)))
 
 
-@pytest.mark.parametrize("variant", list(MOE_VARIANTS))
+@pytest.mark.parametrize("variant", MOE_VARIANTS)
 def test_float32_logits_equal_transformers(moe, variant):
     q, model = moe(variant)
     ids = random_ids(3, 33, high=400, seed=7)
@@ -124,13 +103,6 @@ def test_decode_step_reads_only_the_chosen_experts(moe, monkeypatch):
     (dict(num_experts_per_tok=9), r"0 < num_experts_per_tok <= num_experts"),
     (dict(mlp_only_layers="1"), r"'mlp_only_layers' should be a list"),
 ])
-def test_bad_moe_config(tmp_path, change, message):
-    import json
-    path = tmp_path / "moe"
-    make_checkpoint.build(str(path), size="tiny-moe")
-    cfg = json.loads((path / "config.json").read_text())
-    for key, value in change.items():
-        cfg.pop(key) if value is None else cfg.__setitem__(key, value)
-    (path / "config.json").write_text(json.dumps(cfg))
+def test_bad_moe_config(checkpoints, tmp_path, change, message):
     with pytest.raises((ValueError, TypeError), match=message):
-        load_engine(path)
+        load_engine(edited_copy(checkpoints("moe"), tmp_path / "moe", **change))

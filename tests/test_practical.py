@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import random_ids
+from conftest import random_ids, session_equals_fresh_generation
 from notebook_engine import load_engine
 
 
@@ -48,21 +48,6 @@ def test_interrupt_returns_partial_result_and_model_stays_usable(engine, capsys)
     assert partial.tokens[0] == fresh.tokens[0][:len(partial.tokens[0])]
     assert partial.text[0] == q.decode(partial.tokens[0])
     assert q.generate([prompt], 30).tokens == fresh.tokens
-
-
-def session_equals_fresh_generation(q, questions, new_tokens=16, context=4096):
-    """A thinking-mode ChatSession, turn by turn against generate() on the whole rendered history;
-    returns the session and the history."""
-    session = q.ChatSession(system="Be brief.", enable_thinking=True, context=context, temperature=0)
-    history = [{"role": "system", "content": "Be brief."}]
-    for question in questions:
-        history.append({"role": "user", "content": question})
-        fresh = q.generate([q.encode(q.render_chat(history))], new_tokens)
-        session.ask(question, max_new_tokens=new_tokens, stream=False)
-        assert session.last.tokens == fresh.tokens
-        history.append({"role": "assistant", "content": fresh.text[0]})
-        assert session.messages == history
-    return session, history
 
 
 @pytest.mark.parametrize("context", [4096, 64])  # 64: the cache has to grow during the conversation

@@ -6,47 +6,27 @@ import json
 import pytest
 import torch
 
-import make_checkpoint
-from conftest import TEST_DEVICE, random_ids
+from conftest import TEST_DEVICE, edited_copy, random_ids, session_equals_fresh_generation
 from notebook_engine import load_engine
 
 
+VARIANT = {"published": "qwen35", "text": "qwen35_text"}  # conftest's checkpoints
+
+
 @pytest.fixture(scope="module")
-def q35(tmp_path_factory):
+def q35(checkpoints):
     """name -> checkpoint dir: "published" (vision-language layout, mtp.* tensors), "text" (qwen3_5_text)."""
-    root, built = tmp_path_factory.mktemp("qwen35"), {}
-
-    def get(name="published"):
-        if name not in built:
-            built[name] = root / name
-            make_checkpoint.build_qwen35(str(built[name]), text_only=name == "text", seed=0)
-        return built[name]
-    return get
+    return lambda name="published": checkpoints(VARIANT[name])
 
 
 @pytest.fixture(scope="module")
-def engine35(q35):
-    cache = {}
-
-    def get(name="published", dtype="float32", **env):
-        key = (name, dtype, tuple(sorted(env.items())))
-        if key not in cache:
-            cache[key] = load_engine(q35(name), device=TEST_DEVICE, dtype=dtype, **env)
-        return cache[key]
-    return get
+def engine35(engine):
+    return lambda name="published", dtype="float32", **env: engine(VARIANT[name], dtype, **env)
 
 
 @pytest.fixture(scope="module")
-def reference35(q35):
-    from transformers import AutoModelForCausalLM
-    cache = {}
-
-    def get(name="published", dtype=torch.float32):
-        if (name, dtype) not in cache:
-            cache[name, dtype] = AutoModelForCausalLM.from_pretrained(
-                q35(name), dtype=dtype, attn_implementation="eager").to(TEST_DEVICE).eval()
-        return cache[name, dtype]
-    return get
+def reference35(reference):
+    return lambda name="published", dtype=torch.float32: reference(VARIANT[name], dtype)
 
 
 def logits(model, ids):
@@ -143,7 +123,6 @@ def test_bf16_within_transformers_own_bf16_error(engine35, reference35):
 
 @pytest.mark.parametrize("context", [4096, 48])  # 48: the cache grows, its memory and snapshot carried over
 def test_session_second_turn_reuses_the_snapshot(engine35, context):
-    from test_practical import session_equals_fresh_generation
     q = engine35()
     session, history = session_equals_fresh_generation(q, ["Hello there", "What did I just say?"], new_tokens=12,
                                                        context=context)
@@ -161,24 +140,14 @@ def test_int8_quantizes_the_matrices_only(engine35):
     assert (q.forward(ids) - exact).abs().max() < 0.05 * exact.abs().max()
 
 
-def edit_config(path, change):
-    raw = json.loads((path / "config.json").read_text())
-    change(raw)
-    (path / "config.json").write_text(json.dumps(raw))
-
-
 @pytest.mark.parametrize("change, message", [
     (lambda raw: raw["text_config"]["layer_types"].__setitem__(1, "sliding_attention"), "'sliding_attention'"),
     (lambda raw: raw.update(model_type="qwen3_5_moe"), "'qwen3_5_moe'"),
     (lambda raw: raw["text_config"].update(num_experts=256), "mixture-of-experts"),
 ])
 def test_unsupported_layer_types_and_moe_are_refused_by_name(q35, tmp_path, change, message):
-    import shutil
-    path = tmp_path / "ckpt"
-    shutil.copytree(q35(), path)
-    edit_config(path, change)
     with pytest.raises(ValueError, match=message):
-        load_engine(path, device=TEST_DEVICE, dtype="float32")
+        load_engine(edited_copy(q35(), tmp_path / "ckpt", change), device=TEST_DEVICE, dtype="float32")
 
 
 def test_cache_preflight_counts_the_fixed_memory(engine35, monkeypatch):

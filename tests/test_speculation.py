@@ -7,9 +7,7 @@ import math
 import pytest
 import torch
 
-import make_checkpoint
-from conftest import TEST_DEVICE
-from notebook_engine import load_engine
+from conftest import TEST_DEVICE, session_equals_fresh_generation
 
 QUESTIONS = ["What is the capital of France?", "Write a haiku about tensors.", "Count from 1 to 10."]
 
@@ -19,10 +17,8 @@ def chat_prompt(q, text, thinking=True):
 
 
 @pytest.fixture(scope="module")
-def moe_engine(tmp_path_factory):
-    path = tmp_path_factory.mktemp("moe") / "tiny-moe"
-    make_checkpoint.build(str(path), size="tiny-moe")
-    return load_engine(path, device=TEST_DEVICE, dtype="float32")
+def moe_engine(engine):
+    return engine("moe")
 
 
 def chunk_sizes(q, monkeypatch):
@@ -58,14 +54,8 @@ def test_repeating_continuations_need_fewer_passes(engine):
 
 def test_session_with_a_cached_prefix_equals_fresh_generation(engine):
     q = engine()
-    session = q.ChatSession(system="Be brief.", context=256, temperature=0)
-    history = [{"role": "system", "content": "Be brief."}]
-    for question in ["Hello there", "Say it again, say it again", "Thanks"]:
-        history.append({"role": "user", "content": question})
-        fresh = q.generate([q.encode(q.render_chat(history))], 24)
-        session.ask(question, max_new_tokens=24, stream=False, speculate=4)
-        assert session.last.tokens == fresh.tokens
-        history.append({"role": "assistant", "content": fresh.text[0]})
+    session, history = session_equals_fresh_generation(q, ["Hello there", "Say it again, say it again", "Thanks"],
+                                                       new_tokens=24, context=256, speculate=4)
     assert session.prefilled[-1] < len(q.encode(q.render_chat(history[:-1])))  # the prefix came from the cache
 
 

@@ -10,18 +10,14 @@ import torch
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import get_json_schema
 
-from conftest import TEST_DEVICE, load_engine
+from conftest import TEST_DEVICE, edited_copy, load_engine
 
 
 @pytest.fixture(scope="module")
 def long_engine(checkpoints, tmp_path_factory):
     """The tiny checkpoint with a 4096-token context: its small vocabulary spells the tools' system prompt in
     ~600 tokens, more than tiny's 512."""
-    path = tmp_path_factory.mktemp("tiny_4096")
-    for f in checkpoints("tiny").iterdir():
-        (path / f.name).write_bytes(f.read_bytes())
-    config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    path = edited_copy(checkpoints("tiny"), tmp_path_factory.mktemp("long") / "tiny_4096", max_position_embeddings=4096)
     return load_engine(path, device=TEST_DEVICE, dtype="float32")
 
 

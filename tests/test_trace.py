@@ -5,9 +5,7 @@ output_hidden_states / output_attentions (eager attention), and tracing changes 
 import pytest
 import torch
 
-import make_checkpoint
-from conftest import TEST_DEVICE, random_ids
-from notebook_engine import load_engine
+from conftest import random_ids
 
 ATOL = 1e-4
 
@@ -53,12 +51,8 @@ def test_dense_trace_equals_transformers(engine, reference, T):
 
 
 @pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    from transformers import Qwen3MoeForCausalLM
-    path = tmp_path_factory.mktemp("trace") / "moe"
-    make_checkpoint.build(str(path), size="tiny-moe", mlp_only_layers=[1])  # sparse, dense, sparse
-    model = Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    return load_engine(path, device=TEST_DEVICE, dtype="float32"), model.to(TEST_DEVICE).eval()
+def moe(engine, reference):
+    return engine("moe_dense_layer_1"), reference("moe_dense_layer_1")  # sparse, dense, sparse
 
 
 def test_moe_trace_equals_transformers(moe):

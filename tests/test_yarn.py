@@ -1,12 +1,10 @@
 """YaRN: the notebook's logits equal transformers' on a checkpoint trained (say) for 64 positions and stretched
 x4, in both config layouts and with YaRN's optional keys; generation runs past the original context."""
 
-import json
-
 import pytest
 import torch
 
-from conftest import TEST_DEVICE, load_engine
+from conftest import TEST_DEVICE, edited_copy, load_engine
 
 ORIGINAL = 64  # the "trained" context of the stretched checkpoints
 
@@ -27,18 +25,13 @@ LAYOUTS = {
 
 def stretched(checkpoints, tmp_path_factory, name):
     layout, scaling, max_positions = LAYOUTS[name]
-    path = tmp_path_factory.mktemp(f"yarn_{name}")
+    def stretch(config):
+        if layout == "4.51":
+            config["rope_scaling"] = scaling
+        else:
+            config["rope_parameters"] = {**config["rope_parameters"], **scaling}
     source = checkpoints("tiny" if layout == "4.51" else "config_v5")
-    for f in source.iterdir():
-        (path / f.name).write_bytes(f.read_bytes())
-    config = json.loads((path / "config.json").read_text())
-    config["max_position_embeddings"] = max_positions
-    if layout == "4.51":
-        config["rope_scaling"] = scaling
-    else:
-        config["rope_parameters"] = {**config["rope_parameters"], **scaling}
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
+    return edited_copy(source, tmp_path_factory.mktemp("yarn") / name, stretch, max_position_embeddings=max_positions)
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +80,9 @@ def test_yarn_context_limit_and_generation_past_the_original_context(yarn):
 
 @pytest.mark.parametrize("kind", ["linear", "dynamic", "llama3", "longrope"])
 def test_other_rope_scaling_is_refused_by_name(checkpoints, tmp_path, kind):
-    for f in checkpoints("tiny").iterdir():
-        (tmp_path / f.name).write_bytes(f.read_bytes())
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["rope_scaling"] = {"rope_type": kind, "factor": 2.0}
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    path = edited_copy(checkpoints("tiny"), tmp_path / "tiny", rope_scaling={"rope_type": kind, "factor": 2.0})
     with pytest.raises(ValueError, match=f"RoPE scaling of type '{kind}' is not implemented here"):
-        load_engine(tmp_path, device=TEST_DEVICE, dtype="float32")
+        load_engine(path, device=TEST_DEVICE, dtype="float32")
 
 
 def test_yarn_factor_setting(checkpoints):
