@@ -1,6 +1,6 @@
 """Side-by-side benchmark: the notebook engine vs transformers, same machine, same checkpoint, one run.
 
-    python3 benchmarks/benchmark.py            # full run (about 12 minutes on 2 CPU cores)
+    python3 benchmarks/benchmark.py            # full run (25+ minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
     python3 benchmarks/benchmark.py --loads 5  # only: the kernels chosen by 5 fresh loads (same on each?)
