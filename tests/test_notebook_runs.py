@@ -37,11 +37,9 @@ def test_notebook_runs_end_to_end(checkpoints, monkeypatch):
     assert len(loading[0].outputs) <= 3, [o.get("text", o.output_type)[:200] for o in loading[0].outputs]
 
 
-def test_notebook_runs_on_a_moe_checkpoint_in_int8(tmp_path, monkeypatch):
+def test_notebook_runs_on_a_moe_checkpoint_in_int8(checkpoints, monkeypatch):
     """Every demo (the layer-0 walk, the mistakes, sessions, the MoE and int8 sections) on MoE + int8."""
-    import make_checkpoint
-    make_checkpoint.build(str(tmp_path / "moe"), size="tiny-moe")
-    code = run_notebook(tmp_path / "moe", monkeypatch, QWEN3_QUANT="int8")
+    code = run_notebook(checkpoints("moe"), monkeypatch, QWEN3_QUANT="int8")
     text = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "weights int8" in text and "experts used by" in text and "int8 decodes" in text
 
@@ -56,12 +54,10 @@ def test_committed_notebook_is_clean():
     nbformat.validate(nb)
 
 
-def test_notebook_runs_on_a_qwen35_checkpoint(tmp_path, monkeypatch):
+def test_notebook_runs_on_a_qwen35_checkpoint(checkpoints, monkeypatch):
     """Every cell on Qwen3.5 (Gated DeltaNet and gated attention): the demos of Qwen3-only parts (the layer-0
     walk, speculation, the mistakes) say so instead of failing, and the Qwen3.5 demo runs on the loaded model."""
-    import make_checkpoint
-    make_checkpoint.build_qwen35(str(tmp_path / "qwen35"))
-    code = run_notebook(tmp_path / "qwen35", monkeypatch)
+    code = run_notebook(checkpoints("qwen35"), monkeypatch)
     text = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "median half-life per head" in text and "the walk is of a Qwen3 attention layer" in text
     assert "tokens/s" in text and "KERNELS =" in text
