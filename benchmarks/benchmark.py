@@ -72,8 +72,11 @@ LOADS = []  # the kernels each load of the notebook chose, in the order of the l
 
 
 def engine(model_dir, device, **env):
-    q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",), **env)  # + the notebook's measures
-    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'bf16')}", "kernels": q.kernels_table()})
+    """The notebook loaded as a reader would, except that the decode step is eager unless env says
+    QWEN3_COMPILE=on (the "compiled" column): on CUDA, QWEN3_COMPILE=auto would compile every engine."""
+    q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",),  # + the notebook's measures
+                    **{"QWEN3_COMPILE": "off", **env})
+    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'none')}", "kernels": q.kernels_table()})
     q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
     return q
 
@@ -197,36 +200,30 @@ def run_memory_probe(model_dir, device, new_tokens, quant):
 
 
 def kernels_probe(model_dir, device_name, quant):
-    """Run in a separate process: load the notebook (calibration included) and return its kernels."""
+    """Run in a separate process: load the notebook (calibration included); its kernels and the machine."""
     q = load_engine(model_dir, device=device_name, dtype="bfloat16", QWEN3_QUANT=quant)
-    return q.kernels_table()
+    return {"kernels": q.kernels_table(), "machine": q.machine_name()}
 
 
 def same_kernels_on_every_load(a):
     """--loads N: N fresh processes load the checkpoint; prints and saves the kernels each chose."""
     model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
-    tables = []
+    tables, machine = [], None
     for i in range(a.loads):
         probe = subprocess.run([sys.executable, __file__, "--kernels-probe", str(model_dir), a.device, a.quant],
                                capture_output=True, text=True)
         if probe.returncode:
             sys.exit(f"kernels probe failed:\n{probe.stderr[-3000:]}")
-        tables.append(json.loads(probe.stdout.strip().splitlines()[-1]))
+        loaded = json.loads(probe.stdout.strip().splitlines()[-1])
+        tables.append(loaded["kernels"])
+        machine = loaded["machine"]
         print(f"load {i + 1}: {json.dumps(tables[-1])}", flush=True)
     distinct = [json.loads(t) for t in sorted({json.dumps(t, sort_keys=True) for t in tables})]
     report = {"checkpoint": model_dir.name, "quant": a.quant, "loads": tables, "distinct": len(distinct),
-              "machine": platform_name()}
+              "machine": machine}
     out = Path(a.out) / f"kernels_per_load{'-quick' if a.quick else ''}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{a.loads} loads of {model_dir.name} ({a.quant}): {len(distinct)} distinct kernel choice(s); wrote {out}")
-
-
-def platform_name():
-    import platform
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def compare(name, engines, rows, new_tokens, runs, index=0):
@@ -498,7 +495,7 @@ def markdown(r):
         "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
         f"Kernels the notebook's calibration chose here: `{json.dumps(r['kernels'])}`; with int8 weights: "
         f"`{json.dumps(r['kernels_int8']['int8'])}`; with int4: `{json.dumps(r['kernels_int4']['int4'])}`. "
-        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].endswith('bf16') or 'none' in x['load']})} "
+        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].startswith(r['checkpoint'] + ' none')})} "
         "distinct choice(s) over the bf16 loads of this run (all loads: `docs/benchmark.json`, `loads`).", "",
         "| measurement | notebook bf16 | notebook int8 | notebook int4 | transformers | ratio bf16 | ratio int8 | ratio int4 |",
         "|---|---|---|---|---|---|---|---|",
