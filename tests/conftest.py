@@ -37,6 +37,9 @@ VARIANTS = {
     "moe_sparse_step_2": dict(size="tiny-moe", decoder_sparse_step=2, seed=2),  # only layer 1 sparse: (i + 1) % 2 == 0
     "moe_no_topk_renorm": dict(size="tiny-moe", norm_topk_prob=False, seed=3),  # top-k softmax weights as they are
     "moe_transformers5_config": dict(size="tiny-moe", config_layout="5", shards=2, seed=4),  # "num_local_experts"
+    # quantized against their stored copies (test_int8.py, test_int4.py: int4 wants experts 64 wide)
+    "int8_moe": dict(size="tiny-moe", seed=6),
+    "int4_moe": dict(size="tiny-moe-int4", seed=7),
     # Qwen3.5: the published vision-language layout (mtp.* tensors too), and a text-only one (qwen3_5_text)
     "qwen35": dict(qwen35=True, seed=0),
     "qwen35_text": dict(qwen35=True, text_only=True, seed=0),
@@ -122,7 +125,6 @@ def int8_stored(name, w):
 def stored_copy(src, dst, stored):
     """A copy of checkpoint src with every tensor replaced by stored(name, tensor): what a quantization
     scheme keeps of it, as plain numbers transformers can load."""
-    import shutil
     from safetensors.torch import load_file, save_file
     shutil.copytree(src, dst)
     for path in dst.glob("*.safetensors"):
@@ -130,7 +132,7 @@ def stored_copy(src, dst, stored):
     return dst
 
 
-def quantized_engines(root, checkpoints, quant, stored, moe_size, seed):
+def quantized_engines(root, checkpoints, engine, quant, stored):
     """kind ("dense" or "moe") -> (the notebook with QWEN3_QUANT=quant, the notebook unquantized,
     transformers on the stored copy), all with float32 activations."""
     from transformers import AutoModelForCausalLM
@@ -138,14 +140,10 @@ def quantized_engines(root, checkpoints, quant, stored, moe_size, seed):
 
     def get(kind="dense"):
         if kind not in cache:
-            src = checkpoints("tiny") if kind == "dense" else root / "moe"
-            if kind == "moe":
-                make_checkpoint.build(str(src), size=moe_size, seed=seed)
-            copy = stored_copy(src, root / f"{kind}-stored", stored)
+            variant = "tiny" if kind == "dense" else f"{quant}_moe"
+            copy = stored_copy(checkpoints(variant), root / f"{kind}-stored", stored)
             reference = AutoModelForCausalLM.from_pretrained(copy, dtype=torch.float32, attn_implementation="eager")
-            cache[kind] = (load_engine(src, device=TEST_DEVICE, dtype="float32", QWEN3_QUANT=quant),
-                           load_engine(src, device=TEST_DEVICE, dtype="float32"),
-                           reference.to(TEST_DEVICE).eval())
+            cache[kind] = engine(variant, QWEN3_QUANT=quant), engine(variant), reference.to(TEST_DEVICE).eval()
         return cache[kind]
     return get
 

@@ -26,9 +26,9 @@ def as_stored(name, w):
 
 
 @pytest.fixture(scope="module")
-def int4_pair(tmp_path_factory, checkpoints):
+def int4_pair(tmp_path_factory, checkpoints, engine):
     """kind -> (int4 engine, unquantized engine, transformers on the q*scale+lo copy), float32 activations."""
-    return quantized_engines(tmp_path_factory.mktemp("int4"), checkpoints, "int4", as_stored, "tiny-moe-int4", seed=7)
+    return quantized_engines(tmp_path_factory.mktemp("int4"), checkpoints, engine, "int4", as_stored)
 
 
 def forms_here(q4):

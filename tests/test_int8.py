@@ -9,9 +9,9 @@ from notebook_engine import load_engine
 
 
 @pytest.fixture(scope="module")
-def int8_pair(tmp_path_factory, checkpoints):
+def int8_pair(tmp_path_factory, checkpoints, engine):
     """kind -> (int8 engine, unquantized engine, transformers on the q*s copy), float32 activations."""
-    return quantized_engines(tmp_path_factory.mktemp("int8"), checkpoints, "int8", int8_stored, "tiny-moe", seed=6)
+    return quantized_engines(tmp_path_factory.mktemp("int8"), checkpoints, engine, "int8", int8_stored)
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
