@@ -24,13 +24,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 TEST_DEVICE = os.environ.get("QWEN3_TEST_DEVICE", "cpu")
 
 # name -> make_checkpoint.build() options ("qwen35": build_qwen35()). "tiny" is laid out as Qwen3-0.6B is published.
-VARIANTS = {
+DENSE_VARIANTS = {  # the dense Qwen3 layouts
     "tiny": {},
     "tied_absent": dict(lm_head="absent", seed=1),            # as Qwen3-4B: no lm_head.weight
     "untied": dict(lm_head="untied", seed=2),                 # as Qwen3-8B
     "sharded": dict(lm_head="absent", shards=3, seed=3),      # 4B-style: tied, absent, sharded
     "config_v5": dict(config_layout="5", template_file=True, seed=4),  # transformers 5 layout
     "base": dict(base=True, seed=5),                          # a -Base model: stops on <|endoftext|>
+}
+VARIANTS = {
+    **DENSE_VARIANTS,
     # Qwen3-MoE, as Qwen3-30B-A3B is published (untied, one tensor per expert)
     "moe": dict(size="tiny-moe"),
     "moe_dense_layer_1": dict(size="tiny-moe", mlp_only_layers=[1], seed=1),    # a dense MLP between sparse layers

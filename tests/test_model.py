@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from conftest import VARIANTS, random_ids
+from conftest import DENSE_VARIANTS, random_ids
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(DENSE_VARIANTS))
 def test_float32_logits_equal_reference(engine, reference, variant):
     q, model = engine(variant), reference(variant)
     ids = random_ids(3, 33, seed=7)
