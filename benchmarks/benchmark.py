@@ -222,6 +222,7 @@ def same_kernels_on_every_load(a):
     report = {"checkpoint": model_dir.name, "quant": a.quant, "loads": tables, "distinct": len(distinct),
               "machine": machine}
     out = Path(a.out) / f"kernels_per_load{'-quick' if a.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{a.loads} loads of {model_dir.name} ({a.quant}): {len(distinct)} distinct kernel choice(s); wrote {out}")
 

@@ -2,6 +2,7 @@
 one outlier round cannot disqualify a form or decide a choice. Made-up timings, no clocks."""
 
 import json
+import platform
 
 import pytest
 import torch
@@ -103,3 +104,27 @@ def test_attention_decided_on_decode_and_prefill_work(q, monkeypatch, capsys):
     decode = {(1, 1024, t, s) for t in (torch.bfloat16, torch.float32) for s in ("direct", "k_first")}
     assert decode | {(128, 2048, t, "direct") for t in (torch.bfloat16, torch.float32)} == set(seen)
     assert "median of 5 rounds" in capsys.readouterr().out
+
+
+def minor_faults():
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt: pages the OS had to hand over
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator (Linux) only")
+def test_freed_memory_is_reused_not_faulted_in_again(q):
+    """A prefill's products need MBs of new memory per call: with the settings of Part 1 the allocator
+    hands back the blocks just freed; with glibc's defaults every call gets fresh pages from the OS."""
+    def faults_of_repeated_products():
+        w, x = torch.randn(1024, 1024), torch.randn(1024, 1024)
+        (x @ w.T).sum()                                     # warm-up: the first block is new either way
+        before = minor_faults()
+        for _ in range(5):
+            (x @ w.T).sum()                                  # a 4 MB product, freed after each call
+        return minor_faults() - before
+    try:
+        q.reuse_freed_memory(largest_block=128 * 2**10, keep_free=128 * 2**10)  # glibc's own defaults
+        assert faults_of_repeated_products() >= 5
+    finally:
+        q.reuse_freed_memory()
+    assert faults_of_repeated_products() == 0
