@@ -69,9 +69,10 @@ def test_many_row_forms_equal_reference(forced, reference, name):
     if TEST_DEVICE != "cpu":
         pytest.skip("CPU forms")
     ids = random_ids(2, 300, seed=43)
-    q, model = forced("float32", QWEN3_MATMUL="packed"), reference()
-    with q.swapped(KERNELS={**q.KERNELS, **MANY_ROW_FORMS[name]}):
-        torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
+    if name != "float32 chunks":  # a float32 model's chunks are float32 already: that would repeat the plain run
+        q, model = forced("float32", QWEN3_MATMUL="packed"), reference()
+        with q.swapped(KERNELS={**q.KERNELS, **MANY_ROW_FORMS[name]}):
+            torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
     q = forced("bfloat16", QWEN3_MATMUL="packed")
     with q.swapped(KERNELS={**q.KERNELS, **MANY_ROW_FORMS[name]}):
         ok, detail = within_transformers_own_rounding(q.forward(ids), ids, reference)
