@@ -7,6 +7,7 @@
     python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
     python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
     python3 benchmarks/benchmark.py --only-speculation  # only speculate=4 vs plain (a few minutes)
+    python3 benchmarks/benchmark.py --llama-cpp DIR    # + llama.cpp columns (llama-cpp-python, DIR: its converter)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
@@ -25,6 +26,7 @@ prints the ratios (notebook / transformers) on its last line.
 """
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import os
@@ -227,6 +229,60 @@ def same_kernels_on_every_load(a):
     print(f"{a.loads} loads of {model_dir.name} ({a.quant}): {len(distinct)} distinct kernel choice(s); wrote {out}")
 
 
+def llama_cpp_engines(model_dir, llama_dir, quick):
+    """({label: fn(rows, new_tokens) -> (tokens/s, prefill seconds)} for llama.cpp's bf16 / q8_0 / q4_0 GGUFs of
+    model_dir, made by llama.cpp's own converter and quantizer (cached in .cache/gguf/), or {}; and why not."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return {}, "llama-cpp-python is not installed (pip install llama-cpp-python gguf)"
+    converter = Path(llama_dir or "") / "convert_hf_to_gguf.py"
+    if not llama_dir or not converter.is_file():
+        return {}, ("no llama.cpp converter: give --llama-cpp DIR (or LLAMA_CPP_DIR), a llama.cpp source tree with "
+                    "convert_hf_to_gguf.py, e.g. llama-cpp-python's source package's vendor/llama.cpp")
+    if quick:
+        return {}, "--quick: tiny models"
+    out = ROOT / ".cache" / "gguf" / model_dir.name
+    ggufs = {kind: out / f"{kind}.gguf" for kind in ("bf16", "q8_0", "q4_0")}
+    made_after = max(f.stat().st_mtime for f in model_dir.iterdir())  # a rebuilt checkpoint: new GGUFs
+    if not all(f.exists() and f.stat().st_mtime > made_after for f in ggufs.values()):
+        # the random checkpoints carry a small test tokenizer that the converter does not know: it gets the real
+        # Qwen vocabulary instead (tests/real_vocab.py; the benchmark feeds token ids, so only the sizes matter)
+        sys.path.insert(0, str(ROOT / "tests"))
+        from real_vocab import build_real_tokenizer
+        staged = out / "hf"
+        staged.mkdir(parents=True, exist_ok=True)
+        for f in model_dir.iterdir():
+            if f.name != "tokenizer.json" and not (staged / f.name).exists():
+                (staged / f.name).symlink_to(f.resolve())
+        build_real_tokenizer(staged)
+        env = {**os.environ, "PYTHONPATH": str(converter.parent / "gguf-py")}
+        for kind in ("bf16", "q8_0"):
+            made = subprocess.run([sys.executable, str(converter), str(staged), "--outtype", kind, "--outfile",
+                                   str(ggufs[kind])], capture_output=True, text=True, env=env)
+            if made.returncode:
+                return {}, f"llama.cpp's converter failed: {made.stderr.strip().splitlines()[-1:]}"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, torch.get_num_threads()
+        if llama_cpp.llama_model_quantize(str(ggufs["bf16"]).encode(), str(ggufs["q4_0"]).encode(), ctypes.byref(params)):
+            return {}, "llama.cpp's quantizer failed to make q4_0"
+
+    def decode(llm):
+        def run(rows, new_tokens):  # batch 1, greedy; the same timing as ours: tokens after the first
+            assert len(rows) == 1
+            t0 = time.perf_counter()
+            for count, _ in enumerate(llm.generate(rows[0], top_k=1, temp=0.0, reset=True), start=1):
+                if count == 1:
+                    first = time.perf_counter()
+                if count == new_tokens:
+                    break
+            return (new_tokens - 1) / (time.perf_counter() - first), first - t0
+        return run
+    llms = {kind: llama_cpp.Llama(str(f), n_threads=torch.get_num_threads(), n_ctx=1024, verbose=False)
+            for kind, f in ggufs.items()}
+    return {f"llama_cpp_{kind}": decode(llm) for kind, llm in llms.items()}, f"llama-cpp-python {llama_cpp.__version__}"
+
+
 def compare(name, engines, rows, new_tokens, runs, index=0):
     """measure() of engines {label: fn(rows, new_tokens) -> (tokens/s, prefill seconds)}; index 1: prefill."""
     return measure(name, {label: (lambda f=f: f(rows, new_tokens)[index]) for label, f in engines.items()}, runs)
@@ -257,13 +313,17 @@ def dense_rows(a, device):
                "notebook_int4": lambda rows, n: ours_decode(q4, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
     compiled = {"notebook_compiled": lambda rows, n: ours_decode(qc, rows, n)} if qc else {}
+    llama, llama_note = llama_cpp_engines(model_dir, a.llama_cpp, quick)
+    print(f"llama.cpp rows: {llama_note if llama else 'skipped: ' + llama_note}", flush=True)
+    for fn in llama.values():
+        fn(prompts(1, 32, vocab), 4)  # warm-up
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
         if qc:
             ours_decode(qc, rows, new)  # compiles this batch size and cache length (untimed); the runs reuse it
-        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens", engines | compiled,
-                                              rows, new, runs)
+        results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens",
+                                              engines | compiled | (llama if batch == 1 else {}), rows, new, runs)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
     for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
@@ -304,7 +364,7 @@ def dense_rows(a, device):
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
         "sweep_tokens_per_s": {str(b): v for b, v in sorted(sweep.items())},
         "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},
-        "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep},
+        "new_tokens": {"b1": n1, "b16": n16, "sweep": n_sweep}, "llama_cpp": llama_note if llama else "skipped: " + llama_note,
         "bandwidth_gb_s": live[1]["bandwidth_gb_s"], "weight_bytes_per_step": live[1]["weight_bytes"],
         "weight_bytes_per_step_int8": live8["weight_bytes"], "weight_bytes_per_step_int4": live4["weight_bytes"],
         "roofline_b1_ms": live[1]["roofline_ms"], "roofline_b1_int4_tokens_per_s": 1000 / live4["roofline_ms"],
@@ -413,6 +473,9 @@ def main():
     p.add_argument("--speculate-tokens", type=int, default=128, help="new tokens per speculate=4 vs plain run")
     p.add_argument("--only-speculation", action="store_true",
                    help="only the speculate=4 vs plain rows, on the dense model (prints them; writes nothing)")
+    p.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"), metavar="DIR",
+                   help="a llama.cpp source tree (convert_hf_to_gguf.py): with llama-cpp-python installed, adds llama.cpp "
+                        "bf16 / q8_0 / q4_0 columns to the batch-1 decode row (default: $LLAMA_CPP_DIR)")
     p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
     p.add_argument("--kernels-probe", nargs=3, metavar=("DIR", "DEVICE", "QUANT"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -460,6 +523,10 @@ def main():
               "int4_vs_bf16_rss_growth": report["memory"]["int4"]["rss_growth"] / report["memory"]["none"]["rss_growth"],
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
+    b1 = report["decode_b1_tokens_per_s"]
+    ratios.update({f"{ours}_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}"] / b1[f"llama_cpp_{kind}"]
+                   for ours, w, kind in [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]
+                   if f"llama_cpp_{kind}" in b1})
     for b in (1, 16):
         speeds = report[f"decode_b{b}_tokens_per_s"]
         if "notebook_compiled" in speeds:
@@ -505,6 +572,17 @@ def markdown(r):
     ]
     for n, v in r["prefill_seconds"].items():
         lines.append(row(f"prefill seconds, {n}-token prompt (ratio: speed)", v, lower_better=True))
+    b1 = r["decode_b1_tokens_per_s"]
+    if "llama_cpp_bf16" in b1:
+        versus = lambda ours, kind: f"{b1[ours]:.2f} / {b1[kind]:.2f} = **{b1[ours] / b1[kind]:.2f}x**"
+        lines += ["", f"llama.cpp ({r['llama_cpp']}; GGUFs of the same weights made by llama.cpp's own converter and "
+                  "quantizer), batch 1, in the same alternating runs, tokens/s: bf16 "
+                  f"{b1['llama_cpp_bf16']:.2f}, q8_0 {b1['llama_cpp_q8_0']:.2f}, q4_0 {b1['llama_cpp_q4_0']:.2f}. The notebook "
+                  f"against it: bf16 {versus('notebook', 'llama_cpp_bf16')}, int8 vs q8_0 "
+                  f"{versus('notebook_int8', 'llama_cpp_q8_0')}, int4 vs q4_0 {versus('notebook_int4', 'llama_cpp_q4_0')} "
+                  "(llama.cpp's q4_0 keeps its output matrix at 6 bits, q6_K, and its embeddings at 4; ours keeps both at 8)."]
+    else:
+        lines += ["", f"llama.cpp rows: {r.get('llama_cpp', 'skipped')}."]
     if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
         lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step, with `mode=\"reduce-overhead\"` "
                   "on CUDA, a CUDA graph), same weights and prompts; compile time, once per shape: "
