@@ -289,7 +289,7 @@ def compare(name, engines, rows, new_tokens, runs, index=0):
 
 
 def dense_rows(a, device):
-    """The dense model: notebook (bf16, int8) vs transformers."""
+    """The dense model: notebook (bf16, int8, int4) vs transformers. -> (report, the bf16 engine)."""
     from transformers import Qwen3ForCausalLM
     quick = a.quick
     model_dir = checkpoint_dir("tiny" if quick else "0.6B")
@@ -377,7 +377,7 @@ def dense_rows(a, device):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
-    return report
+    return report, q  # q: the bf16 engine, which the Qwen3.5 rows reuse
 
 
 def moe_rows(a, device):
@@ -414,13 +414,14 @@ def moe_rows(a, device):
             "roofline_b1_ms": live["roofline_ms"], "step_share": share}
 
 
-def qwen35_rows(a, device):
-    """Qwen3.5-0.8B's shapes: the notebook vs transformers, and vs the notebook on Qwen3-0.6B, alternating."""
+def qwen35_rows(a, device, q3=None):
+    """Qwen3.5-0.8B's shapes: the notebook vs transformers, and vs the notebook on Qwen3-0.6B (q3: that engine
+    when dense_rows has loaded it), alternating."""
     from transformers import AutoModelForCausalLM
     quick = a.quick
     model_dir, qwen3_dir = checkpoint_dir("tiny-qwen3.5" if quick else "qwen3.5-0.8B"), checkpoint_dir("tiny" if quick else "0.6B")
     n1, n_prefill, runs = (8, 64, 1) if quick else (64, 512, a.runs)
-    q, q3 = engine(model_dir, device), engine(qwen3_dir, device)
+    q, q3 = engine(model_dir, device), q3 or engine(qwen3_dir, device)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
     vocab = min(q.tokenizer.get_vocab_size(), q3.tokenizer.get_vocab_size())
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device),
@@ -508,11 +509,11 @@ def main():
             q.generate([[1, 2, 3]], 4), q.generate([[1, 2, 3]], 8, speculate=4)  # warm-up
             speculation(q, 16 if a.quick else a.speculate_tokens, 1 if a.quick else a.runs)
         return
-    report = dense_rows(a, a.device)
+    report, dense = dense_rows(a, a.device)
     if not a.no_moe:
         report["moe"] = moe_rows(a, a.device)
     if not a.no_qwen35:
-        report["qwen35"] = qwen35_rows(a, a.device)
+        report["qwen35"] = qwen35_rows(a, a.device, dense)
     report["llama_cpp_reference"] = LLAMA_CPP
     report["loads"] = LOADS
     ratio = lambda v: v["notebook"] / v["transformers"]
