@@ -209,35 +209,8 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
-    gen_path = os.path.join(out_dir, "generation_config.json")
-    if with_generation_config:
-        gen = {"bos_token_id": eot, "eos_token_id": eot if base else [eos, eot], "pad_token_id": eot}
-        if not base:
-            gen.update(do_sample=True, temperature=0.6, top_k=20, top_p=0.95)
-        with open(gen_path, "w") as f:
-            json.dump(gen, f, indent=2)
-    elif os.path.exists(gen_path):
-        os.remove(gen_path)
-
-    tok_cfg = {
-        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False,
-        "bos_token": None, "eos_token": "<|endoftext|>" if base else "<|im_end|>",
-        "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
-        "model_max_length": shape["max_position_embeddings"], "split_special_tokens": False,
-        "added_tokens_decoder": {str(ids[t]): {"content": t, "special": i < N_SPECIAL, "lstrip": False,
-                                              "rstrip": False, "normalized": False, "single_word": False}
-                                 for i, t in enumerate(ADDED_TOKENS)},
-    }
-    template_path = os.path.join(out_dir, "chat_template.jinja")
-    if template_file:  # transformers 5 writes the template to its own file
-        with open(template_path, "w", encoding="utf-8") as f:
-            f.write(QWEN3_CHAT_TEMPLATE)
-    else:
-        tok_cfg["chat_template"] = QWEN3_CHAT_TEMPLATE
-        if os.path.exists(template_path):
-            os.remove(template_path)
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
+    write_text_files(out_dir, ids, shape["max_position_embeddings"], base=base,
+                     with_generation_config=with_generation_config, template_file=template_file)
     return model
 
 
@@ -306,7 +279,7 @@ def build_qwen35(out_dir, size="tiny-qwen3.5", dtype="bfloat16", seed=0, tied=Tr
     tok = build_tokenizer(n_base_tokens=400)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
-    eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    eos = ids["<|im_end|>"]
     torch.manual_seed(seed)
     n = shape["num_hidden_layers"]
     text = dict(shape, rms_norm_eps=1e-6, tie_word_embeddings=tied, eos_token_id=eos, hidden_act="silu",
@@ -357,28 +330,55 @@ def build_qwen35(out_dir, size="tiny-qwen3.5", dtype="bfloat16", seed=0, tied=Tr
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": eot, "eos_token_id": [eos, eot], "pad_token_id": eot, "do_sample": True,
-                   "temperature": 0.6, "top_k": 20, "top_p": 0.95}, f, indent=2)
+    write_text_files(out_dir, ids, shape["max_position_embeddings"])
+    return model
+
+
+def write_text_files(out_dir, ids, max_positions, base=False, with_generation_config=True, template_file=False):
+    """generation_config.json and tokenizer_config.json (with the chat template, or beside it in
+    chat_template.jinja as transformers 5 writes it), as Qwen3 and Qwen3.5 checkpoints are published.
+    ids: the added tokens' ids; base: a -Base model (stops on <|endoftext|> only, no sampling defaults)."""
+    eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
+    gen_path = os.path.join(out_dir, "generation_config.json")
+    if with_generation_config:
+        gen = {"bos_token_id": eot, "eos_token_id": eot if base else [eos, eot], "pad_token_id": eot}
+        if not base:
+            gen.update(do_sample=True, temperature=0.6, top_k=20, top_p=0.95)
+        with open(gen_path, "w") as f:
+            json.dump(gen, f, indent=2)
+    elif os.path.exists(gen_path):
+        os.remove(gen_path)
     tok_cfg = {
-        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False, "bos_token": None,
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
-        "model_max_length": shape["max_position_embeddings"], "split_special_tokens": False,
-        "chat_template": QWEN3_CHAT_TEMPLATE,
+        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False,
+        "bos_token": None, "eos_token": "<|endoftext|>" if base else "<|im_end|>",
+        "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
+        "model_max_length": max_positions, "split_special_tokens": False,
         "added_tokens_decoder": {str(ids[t]): {"content": t, "special": i < N_SPECIAL, "lstrip": False,
                                               "rstrip": False, "normalized": False, "single_word": False}
                                  for i, t in enumerate(ADDED_TOKENS)},
     }
+    template_path = os.path.join(out_dir, "chat_template.jinja")
+    if template_file:  # transformers 5 writes the template to its own file
+        with open(template_path, "w", encoding="utf-8") as f:
+            f.write(QWEN3_CHAT_TEMPLATE)
+    else:
+        tok_cfg["chat_template"] = QWEN3_CHAT_TEMPLATE
+        if os.path.exists(template_path):
+            os.remove(template_path)
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
-    return model
+
+
+def build_checkpoint(out_dir, size="tiny", **options):
+    """build() or build_qwen35(), as the size says."""
+    return (build_qwen35 if size in QWEN35_SIZES else build)(str(out_dir), size=size, **options)
 
 
 def cached(path, size="tiny"):
     """A random checkpoint of `size` at path, built once and reused (benchmarks, pictures)."""
     if not os.path.exists(os.path.join(path, "config.json")):
         print(f"building a random {size} checkpoint in {path} (once) ...", flush=True)
-        (build_qwen35 if size in QWEN35_SIZES else build)(str(path), size=size)
+        build_checkpoint(path, size)
     return path
 
 
@@ -397,14 +397,13 @@ def main():
     p.add_argument("--mlp-only-layers", type=int, nargs="*", default=[], help="MoE: layers with a dense MLP")
     p.add_argument("--decoder-sparse-step", type=int, default=1, help="MoE: layer i sparse when (i+1) %% step == 0")
     a = p.parse_args()
-    if a.size in QWEN35_SIZES:
-        build_qwen35(a.out_dir, a.size, a.dtype, a.seed)
-        print(f"wrote a random {a.size} Qwen3.5 checkpoint to {a.out_dir}")
-        return
-    moe = dict(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
-               decoder_sparse_step=a.decoder_sparse_step) if is_moe(a.size) else {}
-    build(a.out_dir, a.size, a.lm_head, a.shards, a.config_layout, a.dtype, a.base, a.seed, **moe)
-    print(f"wrote a random {a.size} Qwen3 checkpoint to {a.out_dir}")
+    qwen35 = a.size in QWEN35_SIZES
+    options = {} if qwen35 else dict(lm_head=a.lm_head, shards=a.shards, config_layout=a.config_layout, base=a.base)
+    if not qwen35 and is_moe(a.size):
+        options.update(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
+                       decoder_sparse_step=a.decoder_sparse_step)
+    build_checkpoint(a.out_dir, a.size, dtype=a.dtype, seed=a.seed, **options)
+    print(f"wrote a random {a.size} {'Qwen3.5' if qwen35 else 'Qwen3'} checkpoint to {a.out_dir}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # QWEN3_TEST_DEVICE=cuda (benchmarks/device_check.sh). Inputs are made on the CPU, as before, then moved.
 TEST_DEVICE = os.environ.get("QWEN3_TEST_DEVICE", "cpu")
 
-# name -> make_checkpoint.build() options ("qwen35": build_qwen35()). "tiny" is laid out as Qwen3-0.6B is published.
+# name -> make_checkpoint.build_checkpoint() options. "tiny" is laid out as Qwen3-0.6B is published.
 DENSE_VARIANTS = {  # the dense Qwen3 layouts
     "tiny": {},
     "tied_absent": dict(lm_head="absent", seed=1),            # as Qwen3-4B: no lm_head.weight
@@ -44,8 +44,8 @@ VARIANTS = {
     "int8_moe": dict(size="tiny-moe", seed=6),
     "int4_moe": dict(size="tiny-moe-int4", seed=7),
     # Qwen3.5: the published vision-language layout (mtp.* tensors too), and a text-only one (qwen3_5_text)
-    "qwen35": dict(qwen35=True, seed=0),
-    "qwen35_text": dict(qwen35=True, text_only=True, seed=0),
+    "qwen35": dict(size="tiny-qwen3.5", seed=0),
+    "qwen35_text": dict(size="tiny-qwen3.5", text_only=True, seed=0),
 }
 
 
@@ -56,8 +56,8 @@ def checkpoints(tmp_path_factory):
 
     def get(name):
         if name not in built:
-            path, options = root / name, dict(VARIANTS[name])
-            (make_checkpoint.build_qwen35 if options.pop("qwen35", False) else make_checkpoint.build)(str(path), **options)
+            path = root / name
+            make_checkpoint.build_checkpoint(path, **VARIANTS[name])
             built[name] = path
         return built[name]
     return get
