@@ -134,7 +134,7 @@ print(json.dumps(counts))
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator (Linux) only")
-def test_freed_memory_is_reused_not_faulted_in_again(q):
+def test_freed_memory_is_reused_not_faulted_in_again():
     """A prefill's products need MBs of new memory per call: with reuse_freed_memory() (run after loading)
     the allocator hands back the blocks just freed; with glibc's starting thresholds held, every call gets
     fresh pages from the OS. Each in a fresh process, with 2 MB pages as the notebook asks for them."""
