@@ -69,7 +69,9 @@ def test_attention_choices(q):
     assert choose(times(same, [6, 6, 6, 30, 6])) == ("model", "float32", "direct")  # widen long chunks only
     assert choose(times([10.5, 11.2, 9.4, 10.8, 11.4], [6] * 5)) == ("model", "float32", "direct")
     assert choose(times([3, 3, 30, 3, 3], same)) == ("float32", "model", "direct")  # decoding clearly faster
-    assert choose(times([3] * 5, [12] * 5)) == ("model", "model", "direct")  # but prefill slower
+    # decided apart: a float32 cache for decoding, long chunks in the model dtype (narrowed once per chunk)
+    assert choose(times([3] * 5, [12] * 5)) == ("float32", "model", "direct")
+    assert choose(times([3] * 5, [6] * 5)) == ("float32", "float32", "direct")
     assert choose(times(slow_round, slow_round)) == ("model", "model", "direct")
     assert choose(times(same, same, k_first=[7, 7, 7, 30, 7])) == ("model", "model", "k_first")  # clearly faster
     assert choose(times(same, same, k_first=[9.5, 9.5, 2, 2, 9.5])) == ("model", "model", "direct")  # 5%: not

@@ -59,24 +59,31 @@ def test_forced_form_bf16_within_transformers_own_rounding(forced, reference, en
         assert ok, (env, detail)
 
 
-MANY_ROW_FORMS = {"widen_packed": {"packed": {float("inf"): "widen_packed"}}, "float32 chunks": {"attention": "float32"}}
+MANY_ROW_FORMS = {"widen_packed": {"packed": {float("inf"): "widen_packed"}},
+                  "float32 chunks": {"attention": "float32"},  # a bf16 cache's keys widened per chunk
+                  "float32 cache, bf16 chunks": {"kv_cache": "float32", "attention": "model"}}  # narrowed per chunk
 
 
 @pytest.mark.parametrize("name", MANY_ROW_FORMS)
-def test_many_row_forms_equal_reference(forced, reference, name):
+def test_many_row_forms_equal_reference(forced, reference, name, monkeypatch):
     """What the calibration may choose for a long prompt: packed weights unpacked and widened, and a
-    chunk's keys widened to float32 for attention (300 tokens: three blocks of queries)."""
+    chunk's keys converted once to the dtype long chunks attend in, from either cache dtype (300 tokens:
+    three blocks of queries)."""
     if TEST_DEVICE != "cpu":
         pytest.skip("CPU forms")
     ids = random_ids(2, 300, seed=43)
-    if name != "float32 chunks":  # a float32 model's chunks are float32 already: that would repeat the plain run
+    kernels = MANY_ROW_FORMS[name]
+    if "attention" not in kernels:  # a float32 model's chunks and cache are float32 already: a repeat of the plain run
         q, model = forced("float32", QWEN3_MATMUL="packed"), reference()
-        with q.swapped(KERNELS={**q.KERNELS, **MANY_ROW_FORMS[name]}):
+        with q.swapped(KERNELS={**q.KERNELS, **kernels}):
             torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
     q = forced("bfloat16", QWEN3_MATMUL="packed")
-    with q.swapped(KERNELS={**q.KERNELS, **MANY_ROW_FORMS[name]}):
+    seen, real = set(), q.attention
+    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.add(k.dtype) or real(qs, k, v, mask))
+    with q.swapped(KERNELS={**q.KERNELS, **kernels}):
         ok, detail = within_transformers_own_rounding(q.forward(ids), ids, reference)
     assert ok, (name, detail)
+    assert seen == {torch.float32 if kernels.get("attention") == "float32" else torch.bfloat16}  # the blocks' keys
 
 
 def test_forced_settings_pin_the_choices(forced):
@@ -93,6 +100,8 @@ def test_forced_settings_pin_the_choices(forced):
     assert torch.equal(layer.k_proj, plain.k_proj) and torch.equal(layer.up_proj, plain.up_proj)  # views still read
     assert forced("bfloat16", QWEN3_KV_DTYPE="float32").make_cache(1, 4).k.dtype == torch.float32
     assert forced("bfloat16", QWEN3_KV_DTYPE="model").make_cache(1, 4).k.dtype == torch.bfloat16
+    for kept in ("model", "float32"):  # a forced cache dtype: long chunks attend in it too
+        assert forced("bfloat16", QWEN3_KV_DTYPE=kept).KERNELS["attention"] == kept
 
 
 def test_prefill_attention_blocks_equal_one_block(forced, monkeypatch):
