@@ -437,7 +437,7 @@ def qwen35_rows(a, device, q3=None):
             "decode_b1_tokens_per_s": decode, "prefill_seconds": prefill, "prefill_tokens": n_prefill, "new_tokens": n1,
             "weight_bytes": q.stored_bytes(), "qwen3_weight_bytes": q3.stored_bytes(),
             "kv_bytes_per_token": q.kv_bytes_per_token(), "qwen3_kv_bytes_per_token": q3.kv_bytes_per_token(),
-            "state_bytes": q.state_bytes(q.config, q.cache_dtype().itemsize)}
+            "state_bytes": q.state_bytes(q.config, q.dtype.itemsize)}
 
 
 def qwen35_markdown(e):

@@ -7,7 +7,9 @@ import torch
 
 from conftest import int8_stored, quantized_engines, random_ids
 
-FORMS = ["int4", "int4_tiles"]
+INF = float("inf")
+# one form for every number of rows, or the fused kernel for few rows and tiles for many, both on its layout
+FORMS = {"int4": "int4", "int4_tiles": "int4_tiles", "mixed": {1: "int4", 64: "int4", INF: "int4_tiles"}}
 
 
 def as_stored(name, w):
@@ -32,8 +34,10 @@ def int4_pair(tmp_path_factory, checkpoints, engine):
 
 
 def forms_here(q4):
-    """Every int4 form, skipping the fused one where this device has no kernel for float32."""
-    return [f for f in FORMS if f == "int4_tiles" or q4.fused_int4_runs()]
+    """Every int4 form (by name), skipping those with the fused kernel where this device has none for float32,
+    and the mixed one where the tiles cannot read the fused kernel's layout."""
+    fused = q4.fused_int4_runs()
+    return [name for name in FORMS if name == "int4_tiles" or fused and (name == "int4" or q4.CPU_INT4_BLOCK)]
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
@@ -41,8 +45,8 @@ def test_int4_logits_equal_reference_in_every_form(int4_pair, kind):
     q4, full, model = int4_pair(kind)
     ids = random_ids(2, 40, high=400, seed=61)
     expected = model(ids.to(model.device)).logits
-    for form in forms_here(q4):
-        q4.use_int4_form(form)
+    for form in forms_here(q4):  # 80 rows: the mixed table's tiles, read from the fused kernel's layout
+        q4.use_int4_form(FORMS[form])
         torch.testing.assert_close(q4.forward(ids), expected, atol=1e-4, rtol=0, msg=lambda m: f"{form}: {m}")
     assert (full.forward(ids) - expected).abs().max() > 1e-2  # unquantized: far off, so int4 really was applied
 
@@ -52,7 +56,7 @@ def test_int4_batched_generation_equals_single_runs(int4_pair, form):
     q4 = int4_pair()[0]
     if form not in forms_here(q4):
         pytest.skip("no fused int4 kernel for float32 here")
-    q4.use_int4_form(form)
+    q4.use_int4_form(FORMS[form])
     prompts = [random_ids(1, n, high=400, seed=n)[0].tolist() for n in (5, 17, 11)]
     batched = q4.generate(prompts, 8).tokens
     assert batched == [q4.generate([p], 8).tokens[0] for p in prompts]
@@ -67,7 +71,7 @@ def test_int4_weights_as_documented(int4_pair):
         assert type(m).__name__ == "Int4Weight" and m.q.dtype == torch.uint8 and m.scale_zero.dtype == torch.float32
     assert layer.input_layernorm.dtype == torch.float32 and layer.qk_norm.dtype == torch.float32  # norms stay
     for form in forms_here(q4):  # per-projection views are rows of the stacked matrix, in either layout
-        q4.use_int4_form(form)
+        q4.use_int4_form(FORMS[form])
         x = torch.randn(3, cfg.hidden_size, device=q4.device)
         qkv = q4.linear(x, q4.weights.layers[0].qkv_proj)
         H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -120,7 +124,25 @@ def test_calibration_times_both_int4_forms_and_the_int8_lm_head(int4_pair, capsy
     q4.calibrate(min_bytes=0)
     out = capsys.readouterr().out
     assert all(form in out for form in ("int4", "int4_tiles", "int8", "int8_tiles")) and "median of 5 rounds" in out
-    form = q4.KERNELS["int4"][float("inf")]
-    assert len(q4.KERNELS["int8"]) == 3 and q4.weights.layers[0].qkv_proj.layout == q4.int4_layout(form)
+    assert len(q4.KERNELS["int8"]) == 3 and q4.weights.layers[0].qkv_proj.layout == q4.int4_layout(q4.KERNELS["int4"])
+    if q4.fused_int4_runs() and q4.CPU_INT4_BLOCK:  # the tiles read the fused layout: a choice per number of rows
+        assert len(q4.KERNELS["int4"]) == 3
     ids = random_ids(1, 20, high=400, seed=63)
     torch.testing.assert_close(q4.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
+
+
+def test_tiles_read_the_cpu_kernels_layout_in_place(int4_pair):
+    """The CPU packer's blocks, read with tensor ops (cpu_block_values), hold the values the fused kernel
+    itself reads back (identity @ W.T with scale 1 and zero 8); whole blocks of rows are a packed matrix too."""
+    q4 = int4_pair()[0]
+    if not (q4.fused_int4_runs() and q4.device.type == "cpu"):
+        pytest.skip("no fused CPU int4 kernel here")
+    assert q4.CPU_INT4_BLOCK in (32, 64)
+    w = q4.lay_out_int4(q4.quantize_int4(torch.randn(256, 128)), "cpu")
+    by_kernel = q4.fused_int4("cpu")(torch.eye(128, dtype=torch.bfloat16), w.q, q4.INT4_GROUP,
+                                      torch.tensor([1.0, 8.0], dtype=torch.bfloat16).expand(4, 256, 2).contiguous()).T
+    assert torch.equal(q4.int4_values(w), by_kernel.to(torch.uint8))
+    rows = w[64:192]
+    assert rows.layout == "cpu" and torch.equal(rows.dequantize(torch.float32), w.dequantize(torch.float32)[64:192])
+    x = torch.randn(300, 128)  # many rows: the tiles, from the fused kernel's layout
+    torch.testing.assert_close(q4.matmul_tiles(x, w), x @ w.dequantize(torch.float32).T, atol=1e-4, rtol=1e-5)

@@ -154,8 +154,9 @@ def test_cache_preflight_counts_the_fixed_memory(engine35, monkeypatch):
     """A cache for Qwen3.5 needs its KV slots plus every Gated DeltaNet layer's state, per sequence."""
     q = engine35()
     kv_only = 2 * 128 * q.kv_bytes_per_token()
-    state = 2 * q.state_bytes(q.config, q.cache_dtype().itemsize)
-    assert state > 0
+    made = q.make_cache(2, 128)
+    state = made.conv.nbytes + made.state.nbytes  # what the cache allocates besides its KV slots
+    assert state > 0 and made.k.nbytes + made.v.nbytes == kv_only
     monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state // 2)
     with pytest.raises(MemoryError, match="KV cache for 2 x 128 tokens"):
         q.new_cache(2, 128)
