@@ -37,7 +37,7 @@ def forms_here(q4):
     """Every int4 form (by name), skipping those with the fused kernel where this device has none for float32,
     and the mixed one where the tiles cannot read the fused kernel's layout."""
     fused = q4.fused_int4_runs()
-    return [name for name in FORMS if name == "int4_tiles" or fused and (name == "int4" or q4.CPU_INT4_BLOCK)]
+    return [name for name in FORMS if name == "int4_tiles" or fused and (name == "int4" or q4.mixes_int4_forms())]
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
@@ -125,7 +125,7 @@ def test_calibration_times_both_int4_forms_and_the_int8_lm_head(int4_pair, capsy
     out = capsys.readouterr().out
     assert all(form in out for form in ("int4", "int4_tiles", "int8", "int8_tiles")) and "median of 5 rounds" in out
     assert len(q4.KERNELS["int8"]) == 3 and q4.weights.layers[0].qkv_proj.layout == q4.int4_layout(q4.KERNELS["int4"])
-    if q4.fused_int4_runs() and q4.CPU_INT4_BLOCK:  # the tiles read the fused layout: a choice per number of rows
+    if q4.fused_int4_runs() and q4.mixes_int4_forms():  # the tiles read the fused layout: a choice per number of rows
         assert len(q4.KERNELS["int4"]) == 3
     ids = random_ids(1, 20, high=400, seed=63)
     torch.testing.assert_close(q4.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
@@ -133,16 +133,33 @@ def test_calibration_times_both_int4_forms_and_the_int8_lm_head(int4_pair, capsy
 
 def test_tiles_read_the_cpu_kernels_layout_in_place(int4_pair):
     """The CPU packer's blocks, read with tensor ops (cpu_block_values), hold the values the fused kernel
-    itself reads back (identity @ W.T with scale 1 and zero 8); whole blocks of rows are a packed matrix too."""
+    itself reads back (identity @ W.T with scale 1 and zero 8), a last shorter block included; whole blocks
+    of rows are a packed matrix too, sliced in place; the tiles multiply from that layout."""
     q4 = int4_pair()[0]
     if not (q4.fused_int4_runs() and q4.device.type == "cpu"):
         pytest.skip("no fused CPU int4 kernel here")
-    assert q4.CPU_INT4_BLOCK in (32, 64)
-    w = q4.lay_out_int4(q4.quantize_int4(torch.randn(256, 128)), "cpu")
-    by_kernel = q4.fused_int4("cpu")(torch.eye(128, dtype=torch.bfloat16), w.q, q4.INT4_GROUP,
-                                      torch.tensor([1.0, 8.0], dtype=torch.bfloat16).expand(4, 256, 2).contiguous()).T
-    assert torch.equal(q4.int4_values(w), by_kernel.to(torch.uint8))
-    rows = w[64:192]
-    assert rows.layout == "cpu" and torch.equal(rows.dequantize(torch.float32), w.dequantize(torch.float32)[64:192])
-    x = torch.randn(300, 128)  # many rows: the tiles, from the fused kernel's layout
-    torch.testing.assert_close(q4.matmul_tiles(x, w), x @ w.dequantize(torch.float32).T, atol=1e-4, rtol=1e-5)
+    if q4.CPU_INT4_BLOCK is None:
+        pytest.skip("this torch's CPU int4 layout is not the blocked one cpu_block_values reads: read back instead")
+    B = q4.CPU_INT4_BLOCK
+    for out in (4 * B, 3 * B + 16):  # whole blocks, and a last block of 16 rows
+        w = q4.lay_out_int4(q4.quantize_int4(torch.randn(out, 128)), "cpu")
+        by_kernel = q4.fused_int4("cpu")(torch.eye(128, dtype=torch.bfloat16), w.q, q4.INT4_GROUP,
+                                          torch.tensor([1.0, 8.0], dtype=torch.bfloat16).expand(4, out, 2).contiguous()).T
+        assert torch.equal(q4.int4_values(w), by_kernel.to(torch.uint8)), out
+        for rows in (slice(B, 3 * B), slice(2 * B, out)):  # whole blocks, the last one too
+            part = w[rows]
+            assert part.layout == "cpu" and part.q.data_ptr() == w.q[rows.start].data_ptr()  # a view, not a copy
+            assert torch.equal(part.dequantize(torch.float32), w.dequantize(torch.float32)[rows])
+        x = torch.randn(300, 128)  # many rows: the tiles, from the fused kernel's layout
+        torch.testing.assert_close(q4.matmul_tiles(x, w), x @ w.dequantize(torch.float32).T, atol=1e-4, rtol=1e-5)
+
+
+def test_int4_forms_are_checked(int4_pair):
+    q4 = int4_pair()[0]
+    with pytest.raises(ValueError, match="ANY bucket"):
+        q4.use_int4_form({1: "int4"})
+    with pytest.raises(ValueError, match="int4 forms"):
+        q4.use_int4_form("int8")
+    if not q4.mixes_int4_forms():
+        with pytest.raises(ValueError, match="mix only where the tiles read"):
+            q4.use_int4_form(FORMS["mixed"])

@@ -78,11 +78,13 @@ def test_many_row_forms_equal_reference(forced, reference, name, monkeypatch):
         with q.swapped(KERNELS={**q.KERNELS, **kernels}):
             torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
     q = forced("bfloat16", QWEN3_MATMUL="packed")
-    seen, real = set(), q.attention
+    seen, cached, real, real_causal = set(), set(), q.attention, q.causal_attention
     monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.add(k.dtype) or real(qs, k, v, mask))
+    monkeypatch.setitem(q._module.__dict__, "causal_attention", lambda qs, k, *a: cached.add(k.dtype) or real_causal(qs, k, *a))
     with q.swapped(KERNELS={**q.KERNELS, **kernels}):
         ok, detail = within_transformers_own_rounding(q.forward(ids), ids, reference)
     assert ok, (name, detail)
+    assert cached == {torch.float32 if kernels.get("kv_cache") == "float32" else torch.bfloat16}  # the cache's keys
     assert seen == {torch.float32 if kernels.get("attention") == "float32" else torch.bfloat16}  # the blocks' keys
 
 

@@ -150,17 +150,19 @@ def test_unsupported_layer_types_and_moe_are_refused_by_name(q35, tmp_path, chan
         load_engine(edited_copy(q35(), tmp_path / "ckpt", change), device=TEST_DEVICE, dtype="float32")
 
 
-def test_cache_preflight_counts_the_fixed_memory(engine35, monkeypatch):
-    """A cache for Qwen3.5 needs its KV slots plus every Gated DeltaNet layer's state, per sequence."""
-    q = engine35()
-    kv_only = 2 * 128 * q.kv_bytes_per_token()
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cache_preflight_counts_the_fixed_memory(engine, monkeypatch, dtype):
+    """A cache for Qwen3.5 needs its KV slots plus every Gated DeltaNet layer's state, per sequence: exactly
+    what make_cache allocates, whatever dtype the KV slots are in (bf16 weights, a float32 cache)."""
+    q = engine("qwen35", dtype)
+    monkeypatch.setitem(q.KERNELS, "kv_cache", "float32")
     made = q.make_cache(2, 128)
-    state = made.conv.nbytes + made.state.nbytes  # what the cache allocates besides its KV slots
-    assert state > 0 and made.k.nbytes + made.v.nbytes == kv_only
-    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state // 2)
+    kv, state = made.k.nbytes + made.v.nbytes, made.conv.nbytes + made.state.nbytes
+    assert state > 0 and kv == 2 * 128 * q.kv_bytes_per_token()
+    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv + state - 1)
     with pytest.raises(MemoryError, match="KV cache for 2 x 128 tokens"):
         q.new_cache(2, 128)
-    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv_only + state + 1)
+    monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv + state)
     assert q.new_cache(2, 128).max_len == 128
 
 
