@@ -178,3 +178,20 @@ def test_small_models_keep_the_plain_forms(forced):
     """Below the caches' size the timings are noise: the tiny model keeps native products, model-dtype cache."""
     kernels = forced("bfloat16").KERNELS
     assert set(kernels["plain"].values()) == {"native"} and kernels["weights"] == "plain" and kernels["kv_cache"] == "model"
+
+
+def test_left_padded_long_prompts_equal_single_runs(forced, reference):
+    """A padded batch's long chunk takes the whole mask in every block (a block of an unpadded one only
+    over its own slots' keys): each row's logits equal the reference's with its padding masked, and its
+    own single run's. Padding queries see only themselves (their output is never read)."""
+    q, model = forced("float32", QWEN3_MATMUL="native"), reference()
+    long, short = random_ids(1, 300, seed=44)[0], random_ids(1, 170, seed=45)[0]
+    ids = torch.stack([long, torch.cat([torch.zeros(130, dtype=long.dtype), short])])
+    cache = q.make_cache(2, 300)
+    cache.set_padding([0, 130])
+    logits = q.forward(ids, cache)
+    theirs = model(ids.to(model.device), attention_mask=(torch.arange(300) >= torch.tensor([[0], [130]])).long().to(model.device)).logits
+    torch.testing.assert_close(logits[0], theirs[0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits[1, 130:], theirs[1, 130:], atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits[1, 130:], q.forward(short[None])[0], atol=1e-4, rtol=0)
+    assert torch.isfinite(logits).all()
