@@ -280,7 +280,10 @@ def llama_cpp_engines(model_dir, llama_dir, quick):
         return run
     llms = {kind: llama_cpp.Llama(str(f), n_threads=torch.get_num_threads(), n_ctx=1024, verbose=False)
             for kind, f in ggufs.items()}
-    return {f"llama_cpp_{kind}": decode(llm) for kind, llm in llms.items()}, f"llama-cpp-python {llama_cpp.__version__}"
+    features = " ".join(part.split("=")[0].split(":")[-1].strip() for part in  # "CPU : SSE3 = 1 | AVX = 1 | ..."
+                        llama_cpp.llama_print_system_info().decode().split("|") if part.strip().endswith("= 1"))
+    return ({f"llama_cpp_{kind}": decode(llm) for kind, llm in llms.items()},
+            f"llama-cpp-python {llama_cpp.__version__}, {torch.get_num_threads()} threads, built with: {features}")
 
 
 def compare(name, engines, rows, new_tokens, runs, index=0):
@@ -614,8 +617,8 @@ def markdown(r):
               f"{r['weight_bytes_per_step'] / 1e9:.2f} GB of weights ({r['weight_bytes_per_step_int8'] / 1e9:.2f} GB in int8, "
               f"{r['weight_bytes_per_step_int4'] / 1e9:.2f} GB in int4), "
               f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
-              f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}, int4 {r['roofline_b1_int4_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it. "
-              f"For comparison, {r['llama_cpp_reference']}.", "",
+              f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}, int4 {r['roofline_b1_int4_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it."
+              + ("" if "llama_cpp_bf16" in b1 else f" For comparison, {r['llama_cpp_reference']}."), "",
               f"## Guess and check: batch-1 decoding with `speculate={r['speculation']['k']}` vs plain "
               f"({r['speculation']['new_tokens']} new tokens after a chat prompt, greedy). bf16 and int8 products over "
               "K + 1 rows may round differently from one row's, so a near tie can tip the other way (\"same tokens\": no); "
