@@ -16,10 +16,14 @@ from pathlib import Path
 NOTEBOOK = Path(__file__).resolve().parent.parent / "qwen3_from_scratch.ipynb"
 
 
-def engine_cells(notebook=NOTEBOOK, include_demo=False, tags=()):
+def engine_cells(notebook=NOTEBOOK, include_demo=False, tags=(), before=None):
     """The source of each code cell to run, in order: the engine (cells not tagged `demo`), plus
-    demo cells carrying one of `tags` (e.g. "plots", "mistakes"), or every cell with include_demo."""
+    demo cells carrying one of `tags` (e.g. "plots", "mistakes"), or every cell with include_demo.
+    before: a heading ("# Part 5"): only the cells above the markdown cell that starts with it."""
     cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    if before is not None:
+        cells = cells[:next(i for i, c in enumerate(cells)
+                            if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(before))]
     chosen = []
     for c in cells:
         cell_tags = c.get("metadata", {}).get("tags", [])
@@ -28,9 +32,9 @@ def engine_cells(notebook=NOTEBOOK, include_demo=False, tags=()):
     return chosen
 
 
-def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, tags=(), **env):
-    """Execute the engine cells with QWEN3_MODEL_DIR / QWEN3_DEVICE / QWEN3_DTYPE set; return the
-    namespace as a dict-like module (engine["forward"], engine.forward)."""
+def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, tags=(), before=None, **env):
+    """Execute the engine cells (those above the heading `before`, if given) with QWEN3_MODEL_DIR /
+    QWEN3_DEVICE / QWEN3_DTYPE set; return the namespace as a dict-like module (engine["forward"], engine.forward)."""
     settings = {"QWEN3_DEVICE": device, "QWEN3_DTYPE": dtype, **env}
     if model_dir is not None:  # None: the notebook's default, models/$QWEN3_MODEL
         settings["QWEN3_MODEL_DIR"] = str(model_dir)
@@ -40,7 +44,7 @@ def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, ta
     os.environ.update({k: str(v) for k, v in settings.items()})
     module = types.ModuleType("qwen3_notebook")
     try:
-        for source in engine_cells(include_demo=include_demo, tags=tags):
+        for source in engine_cells(include_demo=include_demo, tags=tags, before=before):
             exec(compile(source, str(NOTEBOOK), "exec"), module.__dict__)
     finally:
         for k, v in saved.items():

@@ -61,24 +61,20 @@ def test_packing_decided_on_the_few_row_products(q):
 
 
 def test_attention_choices(q):
-    def times(decode, prefill, k_first=None):  # float32's seconds per round; the model dtype's are 10 ms every round
+    def times(decode, prefill):  # float32's seconds per round; the model dtype's are 10 ms every round
         ten = rounds(*[10] * 5)
-        return {("decode", "model", "direct"): ten, ("decode", "model", "k_first"): rounds(*(k_first or [10] * 5)),
-                ("decode", "float32", "direct"): rounds(*decode), ("decode", "float32", "k_first"): rounds(*[30] * 5),
+        return {("decode", "model"): ten, ("decode", "float32"): rounds(*decode),
                 ("prefill", "model"): ten, ("prefill", "float32"): rounds(*prefill)}
     same, slow_round = [10] * 5, [10, 10, 40, 10, 10]
     choose = q.attention_choices
-    assert choose(times(same, [6, 6, 6, 30, 6])) == ("model", "float32", "direct")  # widen long chunks only
-    assert choose(times([10.5, 11.2, 9.4, 10.8, 11.4], [6] * 5)) == ("model", "float32", "direct")
-    assert choose(times([3, 3, 30, 3, 3], same)) == ("float32", "model", "direct")  # decoding clearly faster
+    assert choose(times(same, [6, 6, 6, 30, 6])) == ("model", "float32")  # widen long chunks only
+    assert choose(times([10.5, 11.2, 9.4, 10.8, 11.4], [6] * 5)) == ("model", "float32")
+    assert choose(times([3, 3, 30, 3, 3], same)) == ("float32", "model")  # decoding clearly faster
     # decided apart: a float32 cache for decoding, long chunks in the model dtype (narrowed once per chunk)
-    assert choose(times([3] * 5, [12] * 5)) == ("float32", "model", "direct")
-    assert choose(times([3] * 5, [6] * 5)) == ("float32", "float32", "direct")
-    assert choose(times(slow_round, slow_round)) == ("model", "model", "direct")
-    assert choose(times(same, same, k_first=[7, 7, 7, 30, 7])) == ("model", "model", "k_first")  # clearly faster
-    assert choose(times(same, same, k_first=[9.5, 9.5, 2, 2, 9.5])) == ("model", "model", "direct")  # 5%: not
-    # the float32 cache is compared in its own faster form: here (k @ q^T)^T at 30 ms loses to q @ k^T at 5
-    assert choose(times([5] * 5, same, k_first=[8] * 5)) == ("float32", "model", "direct")
+    assert choose(times([3] * 5, [12] * 5)) == ("float32", "model")
+    assert choose(times([3] * 5, [6] * 5)) == ("float32", "float32")
+    assert choose(times(slow_round, slow_round)) == ("model", "model")
+    assert choose(times([9.5, 9.5, 2, 2, 9.5], same)) == ("model", "model")  # 5% faster: not clearly
 
 
 def test_every_candidate_runs_in_every_round_in_turns(q):
@@ -97,7 +93,7 @@ def test_every_candidate_runs_in_every_round_in_turns(q):
 def test_kernels_table_is_the_choices_only(q):
     table = q.kernels_table()
     assert json.loads(json.dumps(table)) == table
-    assert set(table) >= {"plain", "packed", "int8", "int4", "kv_cache", "attention", "scores", "weights"}
+    assert set(table) >= {"plain", "packed", "int8", "int4", "kv_cache", "attention", "weights"}
     assert all(isinstance(v, str) or all(isinstance(f, str) for f in v.values()) for v in table.values())
 
 
@@ -108,12 +104,11 @@ def test_attention_decided_on_decode_and_prefill_work(q, monkeypatch, capsys):
     real = q.attention
     slice_of_longer = lambda k: k.stride(1) > k.shape[2] * k.stride(2)  # each head's keys lie apart, as in a cache
     monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.append(
-        (qs.shape[1], k.shape[2], k.dtype, q.KERNELS["scores"], slice_of_longer(k), slice_of_longer(v)))
-        or real(qs, k, v, mask))
-    cache, chunks, scores = q.fastest_attention(decode_keys=1024, prefill_keys=2048)
-    assert cache in ("model", "float32") and chunks in ("model", "float32") and scores in ("direct", "k_first")
-    decode = {(1, 1024, t, s, True, True) for t in (torch.bfloat16, torch.float32) for s in ("direct", "k_first")}
-    assert decode | {(128, 2048, t, "direct", True, True) for t in (torch.bfloat16, torch.float32)} == set(seen)
+        (qs.shape[1], k.shape[2], k.dtype, slice_of_longer(k), slice_of_longer(v))) or real(qs, k, v, mask))
+    cache, chunks = q.fastest_attention(decode_keys=1024, prefill_keys=2048)
+    assert cache in ("model", "float32") and chunks in ("model", "float32")
+    decode = {(1, 1024, t, True, True) for t in (torch.bfloat16, torch.float32)}
+    assert decode | {(128, 2048, t, True, True) for t in (torch.bfloat16, torch.float32)} == set(seen)
 
     decoded = []  # and so the engine's decode step reads its cache
     monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: decoded.append(
@@ -152,4 +147,6 @@ def test_freed_memory_is_reused_not_faulted_in_again():
         return json.loads(run.stdout.strip().splitlines()[-1])
     glibc = faults_per_product(largest_block=128 * 2**10, keep_free=128 * 2**10)
     reused = faults_per_product()
-    assert min(glibc) > 100 and sum(reused[-3:]) < 10, (glibc, reused)  # the first calls may still grow the heap
+    # glibc's thresholds: every call faults its pages in anew. Kept blocks: calls get freed blocks back (every
+    # later call on the Xeons measured; on a 2-core AMD EPYC about every other one still faulted 2 MB in)
+    assert min(glibc) > 100 and min(reused[1:]) < 10 and sum(reused) < sum(glibc), (glibc, reused)

@@ -78,11 +78,13 @@ def test_many_row_forms_equal_reference(forced, reference, name, monkeypatch):
         with q.swapped(KERNELS={**q.KERNELS, **kernels}):
             torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
     q = forced("bfloat16", QWEN3_MATMUL="packed")
-    seen, cached, real, real_causal = set(), set(), q.attention, q.causal_attention
-    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, v, mask: seen.add(k.dtype) or real(qs, k, v, mask))
-    monkeypatch.setitem(q._module.__dict__, "causal_attention", lambda qs, k, *a: cached.add(k.dtype) or real_causal(qs, k, *a))
-    with q.swapped(KERNELS={**q.KERNELS, **kernels}):
-        ok, detail = within_transformers_own_rounding(q.forward(ids), ids, reference)
+    seen, cached, written_out, blocked = set(), set(), q.written_out_attention, q.blocked_attention
+    assert q.attention is blocked  # the seam Part 2 declared, as the engine rebinds it
+    monkeypatch.setitem(q._module.__dict__, "written_out_attention",
+                        lambda qs, k, v, mask: seen.add(k.dtype) or written_out(qs, k, v, mask))
+    monkeypatch.setitem(q._module.__dict__, "attention", lambda qs, k, *a: cached.add(k.dtype) or blocked(qs, k, *a))
+    with q.swapped(KERNELS={**q.KERNELS, **kernels}):  # generate's cache: in the dtype KERNELS names
+        ok, detail = within_transformers_own_rounding(q.forward(ids, q.new_cache(*ids.shape)), ids, reference)
     assert ok, (name, detail)
     assert cached == {torch.float32 if kernels.get("kv_cache") == "float32" else torch.bfloat16}  # the cache's keys
     assert seen == {torch.float32 if kernels.get("attention") == "float32" else torch.bfloat16}  # the blocks' keys
@@ -100,8 +102,8 @@ def test_forced_settings_pin_the_choices(forced):
     assert not packed.weights.embed_tokens.is_mkldnn  # tied: the lookup table stays plain (and serves lm_head)
     plain = forced("bfloat16", QWEN3_MATMUL="native").weights.layers[0]
     assert torch.equal(layer.k_proj, plain.k_proj) and torch.equal(layer.up_proj, plain.up_proj)  # views still read
-    assert forced("bfloat16", QWEN3_KV_DTYPE="float32").make_cache(1, 4).k.dtype == torch.float32
-    assert forced("bfloat16", QWEN3_KV_DTYPE="model").make_cache(1, 4).k.dtype == torch.bfloat16
+    assert forced("bfloat16", QWEN3_KV_DTYPE="float32").new_cache(1, 4).k.dtype == torch.float32
+    assert forced("bfloat16", QWEN3_KV_DTYPE="model").new_cache(1, 4).k.dtype == torch.bfloat16
     for kept in ("model", "float32"):  # a forced cache dtype: long chunks attend in it too
         assert forced("bfloat16", QWEN3_KV_DTYPE=kept).KERNELS["attention"] == kept
 
@@ -122,9 +124,9 @@ def test_attention_block_never_reads_future_keys(forced, monkeypatch):
     monkeypatch.setitem(q._module.__dict__, "KEY_STEP", 4)
     qs, k, v = torch.randn(B, T, H, hd), torch.randn(B, KV, T, hd), torch.randn(B, KV, T, hd)
     mask = q.attention_mask(torch.zeros(B, dtype=torch.long), 0, T, T).float()
-    clean = q.causal_attention(qs, k, v, mask, 0)
+    clean = q.blocked_attention(qs, k, v, mask)
     k[:, :, 8:], v[:, :, 8:] = float("nan"), float("nan")  # keys of the last block only
-    poisoned = q.causal_attention(qs, k, v, mask, 0)
+    poisoned = q.blocked_attention(qs, k, v, mask)
     assert torch.equal(poisoned[:, :8], clean[:, :8]) and torch.isnan(poisoned[:, 8:]).all()
     assert block == 128
 

@@ -38,7 +38,7 @@ def test_the_model_comes_first():
     assert position("forward", lines) <= 400
     # every component of the forward pass is defined before it, in the order it runs
     order = [position(n, lines) for n in ("rms_norm", "rope_cos_sin", "silu", "linear", "softmax", "attention",
-                                          "route", "moe", "decoder_layer", "forward_hidden", "forward", "greedy")]
+                                          "decoder_layer", "forward_hidden", "forward", "greedy")]
     assert order == sorted(order), order
 
 
@@ -66,7 +66,7 @@ def test_parts_in_order_and_helpers_in_engine_cells():
     all_cells = cells()
     headings = [line for c in all_cells if c["cell_type"] == "markdown"
                 for line in "".join(c["source"]).splitlines() if line.startswith("# Part ")]
-    assert [h.split("·")[0].strip() for h in headings] == [f"# Part {k}" for k in range(1, 7)], headings
+    assert [h.split("·")[0].strip() for h in headings] == [f"# Part {k}" for k in range(1, 8)], headings
     defined_in_demo = {m for c in all_cells if "demo" in c["metadata"].get("tags", [])
                        for m in re.findall(r"^def (\w+)\(", "".join(c["source"]), re.M)}
     assert "swapped" not in defined_in_demo and position("swapped") > position("forward")

@@ -39,7 +39,8 @@ def test_published_layout_loads_the_text_model(engine35, q35, capsys):
     assert raw["model_type"] == "qwen3_5" and raw["text_config"]["model_type"] == "qwen3_5_text"
     q = engine35()
     assert q.config.layer_types.count("linear_attention") == 4 and q.config.rotary_dim == 8
-    assert [layer.mixer for layer in q.weights.layers] == ["gated_deltanet"] * 3 + ["gated_attention", "gated_deltanet"]
+    assert [layer.block.__name__ for layer in q.weights.layers] == (
+        ["gated_deltanet_layer"] * 3 + ["gated_attention_layer", "gated_deltanet_layer"])
     assert q.weights.lm_head is q.weights.embed_tokens
     assert q.weights.norm.dtype == torch.float32  # zero-centred norms kept as 1 + w
     capsys.readouterr()
@@ -156,7 +157,7 @@ def test_cache_preflight_counts_the_fixed_memory(engine, monkeypatch, dtype):
     what make_cache allocates, whatever dtype the KV slots are in (bf16 weights, a float32 cache)."""
     q = engine("qwen35", dtype)
     monkeypatch.setitem(q.KERNELS, "kv_cache", "float32")
-    made = q.make_cache(2, 128)
+    made = q.make_cache(2, 128, kv_dtype=q.cache_dtype())
     kv, state = made.k.nbytes + made.v.nbytes, made.conv.nbytes + made.state.nbytes
     assert state > 0 and kv == 2 * 128 * q.kv_bytes_per_token()
     monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device: kv + state - 1)
