@@ -151,3 +151,14 @@ def test_anchor_links_resolve():
     texts.append((ROOT / "README.md").read_text(encoding="utf-8"))
     links = {a for t in texts for a in re.findall(r"\]\((?:qwen3_from_scratch\.ipynb)?#((?:[^()\s]|\([^()\s]*\))+)\)", t)}
     assert links and not links - headings, sorted(links - headings)
+
+
+def test_generation_functions_take_at_most_8_parameters_and_choose_their_step_once(engine):
+    import inspect
+    q = engine()
+    for f in (q.generate, q._generate, q._generate_within_budget, q.chat, q.ChatSession.ask, q.ChatSession.respond):
+        assert len(inspect.signature(f).parameters) <= 8 + ("self" in inspect.signature(f).parameters), f
+    cell = next(c for c in map("".join, (c["source"] for c in cells())) if "\ndef _generate(" in c)
+    body = re.search(r"^def _generate\(.*?(?=^\S)", cell + "\n#", re.S | re.M).group(0)
+    loop = body.split("while True:")[1]
+    assert "STATIC_STEP" not in loop and "speculate" not in loop and "step(" in loop  # chosen before the loop
