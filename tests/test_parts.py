@@ -162,3 +162,14 @@ def test_generation_functions_take_at_most_8_parameters_and_choose_their_step_on
     body = re.search(r"^def _generate\(.*?(?=^\S)", cell + "\n#", re.S | re.M).group(0)
     loop = body.split("while True:")[1]
     assert "STATIC_STEP" not in loop and "speculate" not in loop and "step(" in loop  # chosen before the loop
+
+
+def test_loading_cells_are_folded_plumbing_and_the_markdown_fits_a_sitting():
+    loading = [c for c, p in zip(cells(), part_of_each_cell()) if p == 4 and c["cell_type"] == "code"
+               and "demo" not in c["metadata"].get("tags", [])]
+    assert loading and all(c["metadata"].get("jupyter", {}).get("source_hidden") and c["metadata"].get("cellView") == "form"
+                           and "".join(c["source"]).startswith("# @title Plumbing") for c in loading)
+    words = sum(len("".join(c["source"]).split()) for c in cells() if c["cell_type"] == "markdown")
+    assert words <= 8000, words
+    first = "".join(cells()[0]["source"])
+    assert "90-minute" in first and all(size in first for size in ("14B", "32B", "Qwen3.5"))
