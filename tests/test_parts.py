@@ -173,3 +173,9 @@ def test_loading_cells_are_folded_plumbing_and_the_markdown_fits_a_sitting():
     assert words <= 8000, words
     first = "".join(cells()[0]["source"])
     assert "90-minute" in first and all(size in first for size in ("14B", "32B", "Qwen3.5"))
+
+
+def test_no_engine_line_is_over_110_characters():
+    long = [line for c in cells() if c["cell_type"] == "code" and "demo" not in c["metadata"].get("tags", [])
+            for line in "".join(c["source"]).splitlines() if len(line) > 110]
+    assert not long, long
