@@ -34,7 +34,7 @@ def position(name, lines=None):
 
 def test_the_model_comes_first():
     lines = engine_lines()
-    assert position("rms_norm", lines) <= 100
+    assert position("rms_norm", lines) <= 100  # Part 1, settings
     assert position("forward", lines) <= 400
     # every component of the forward pass is defined before it, in the order it runs
     order = [position(n, lines) for n in ("rms_norm", "rope_cos_sin", "silu", "linear", "softmax", "attention",

@@ -1,0 +1,55 @@
+"""What the engine chooses for a CUDA GPU, checked on a CPU (issue 30's first items): no CPU-only form,
+compiling only when asked for and where torch.compile can work, int4's fused kernel only where it runs
+and agrees with dequantize(). A CPU cannot check what a real GPU lacks (kernels, speed): a device run does."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from conftest import TEST_DEVICE
+
+
+def decided_on_a_fake_gpu(q, monkeypatch, capability=(8, 0), setting="auto"):
+    """The notebook's decode_step_compiled(), as it decides on a CUDA GPU of this capability."""
+    monkeypatch.setitem(q._module.__dict__, "device", torch.device("cuda"))
+    monkeypatch.setitem(q._module.__dict__, "QWEN3_COMPILE", setting)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    return q.decode_step_compiled()
+
+
+def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(engine, monkeypatch, capsys):
+    assert not engine().COMPILE  # the fixtures' setting: auto
+    capsys.readouterr()
+    assert not decided_on_a_fake_gpu(engine(), monkeypatch)
+    assert "QWEN3_COMPILE=on compiles it" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (6, 1)])
+def test_on_compiles_only_where_triton_and_the_gpu_can(engine, monkeypatch, capsys, capability):
+    can = importlib.util.find_spec("triton") is not None and capability >= (7, 0)
+    capsys.readouterr()
+    assert decided_on_a_fake_gpu(engine(), monkeypatch, capability, "on") == can
+    assert ("decoding eagerly: torch.compile's GPU code needs Triton" in capsys.readouterr().out) != can
+
+
+def test_no_cpu_only_form_is_chosen_for_cuda(engine, monkeypatch):
+    q = engine("tiny", "bfloat16")
+    assert q.packing_possible() == (TEST_DEVICE == "cpu" and torch.backends.mkldnn.is_available())
+    monkeypatch.setitem(q._module.__dict__, "device", torch.device("cuda"))
+    assert not q.packing_possible()  # a CUDA build reports mkldnn too: packing would crash on GPU tensors
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4
+    assert not q.fused_int4_runs()  # compiled out below 8.0 (and in bf16 it may return garbage)
+
+
+def test_the_fused_int4_kernel_is_trusted_only_when_it_agrees_with_dequantize(engine, monkeypatch):
+    q = engine("tiny", "bfloat16")
+    real = q.matmul_int4
+    if TEST_DEVICE == "cpu":
+        try:
+            ok = q.fused_int4_runs()
+        except Exception:  # noqa: BLE001 - the check itself must never raise
+            pytest.fail("fused_int4_runs raised")
+        assert isinstance(ok, bool)
+    monkeypatch.setitem(q._module.__dict__, "matmul_int4", lambda x, w: real(x, w) * 0 + 1)  # a wrong kernel
+    assert not q.fused_int4_runs()
