@@ -107,3 +107,19 @@ def test_base_model_continues_plain_text(engine, monkeypatch):
     assert isinstance(base.chat("The quick brown fox", max_new_tokens=5), str)
     with pytest.raises(TypeError, match="plain text"):
         base.chat([{"role": "user", "content": "hi"}])
+
+
+def test_streaming_decodes_a_bounded_number_of_ids_per_token(engine, monkeypatch):
+    """Each streamed token decodes only the ids since the last whole character, however long the reply."""
+    q = engine()
+    text = "测试一下tokenizer的效果，你好世界。" * 12
+    ids = q.encode(text)
+    decoded, real = [], q.decode
+    monkeypatch.setitem(q._module.__dict__, "decode", lambda part: decoded.append(len(part)) or real(part))
+    pieces = []
+    show = q._streamer(pieces.append)
+    for k in range(1, len(ids) + 1):
+        show(ids[:k])
+    show(ids, final=True)
+    assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
+    assert len(ids) > 100 and max(decoded) <= 4, (len(ids), max(decoded))  # a character spans at most 4 bytes

@@ -1,0 +1,73 @@
+"""Before and after a change of the notebook: two versions' engines in one process, timed alternately.
+
+    python3 benchmarks/before_after.py --before a5158ae             # bf16: decode b1 / b16, prefill 512 / 4,096
+    python3 benchmarks/before_after.py --before a5158ae --quant int4 --runs 5   # batch-1 decode only
+
+benchmark.py compares the notebook with transformers and llama.cpp; this compares the notebook with itself
+(the version at git revision --before against the working tree), on the random checkpoint of the exact
+Qwen3-0.6B shape that benchmark.py builds (.cache/), both engines loaded as a reader's would be (bf16, the
+kernels their own calibration picks; eager decoding), stop ids disabled. It prints each measurement's
+medians and the speed ratio after / before (above 1: the change is faster)."""
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_checkpoint  # noqa: E402
+import torch  # noqa: E402
+
+
+def engine(notebook, checkpoint, quant):
+    """The notebook's engine cells run on the checkpoint (as scripts/notebook_engine.py runs them)."""
+    os.environ.update(QWEN3_MODEL_DIR=str(checkpoint), QWEN3_DEVICE="cpu", QWEN3_DTYPE="bfloat16",
+                      QWEN3_QUANT=quant, QWEN3_COMPILE="off")
+    module = types.ModuleType("notebook")
+    for cell in json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "code" and "demo" not in cell["metadata"].get("tags", []):
+            exec(compile("".join(cell["source"]), str(notebook), "exec"), module.__dict__)
+    module.config = dataclasses.replace(module.config, stop_ids=())  # fixed-length generations
+    return module
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--before", required=True, help="git revision of the notebook to compare with")
+    p.add_argument("--quant", choices=["none", "int8", "int4"], default="none")
+    p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
+    a = p.parse_args()
+    checkpoint = make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
+    old = subprocess.run(["git", "show", f"{a.before}:qwen3_from_scratch.ipynb"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False) as f:
+        f.write(old)
+    engines = {"before": engine(f.name, checkpoint, a.quant),
+               "after": engine(ROOT / "qwen3_from_scratch.ipynb", checkpoint, a.quant)}
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 150000, (16, 512), generator=g).tolist()
+    long = torch.randint(0, 150000, (1, 4096), generator=g).tolist()
+    work = {"decode tokens/s, batch 1": lambda q: q.generate([prompts[0][:32]], 48).decode_tokens_per_second}
+    if a.quant == "none":
+        work["decode tokens/s, batch 16"] = lambda q: q.generate([r[:32] for r in prompts], 24).decode_tokens_per_second
+        work["prefill 512 tokens/s"] = lambda q: 512 / q.generate([prompts[0]], 1).prefill_seconds
+        work["prefill 4,096 tokens/s"] = lambda q: 4096 / q.generate(long, 1).prefill_seconds
+    results = {(w, e): [] for w in work for e in engines}
+    for r in range(a.runs):
+        for w, run in work.items():
+            for e in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
+                results[w, e].append(run(engines[e]))
+    for w in work:
+        before, after = (statistics.median(results[w, e]) for e in ("before", "after"))
+        print(f"{a.quant} {w}: before {before:.2f}, after {after:.2f}, after / before {after / before:.3f}")
+
+
+if __name__ == "__main__":
+    main()
