@@ -179,3 +179,50 @@ def test_no_engine_line_is_over_110_characters():
     long = [line for c in cells() if c["cell_type"] == "code" and "demo" not in c["metadata"].get("tags", [])
             for line in "".join(c["source"]).splitlines() if len(line) > 110]
     assert not long, long
+
+
+def places_written(sources):
+    """module-level name -> {(cell, function or None)} where the engine writes it after defining it: assigns
+    it, assigns into it (NAME[k] = ..., NAME.attr = ...), or calls a mutating method on it."""
+    import ast
+    mutators = {"update", "append", "remove", "clear", "pop", "setdefault", "extend", "add"}
+    written = {}
+
+    def root(node):  # the name an expression is rooted in: weights.layers[0].x -> weights
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    for cell, source in enumerate(sources):
+        tree = ast.parse(source)
+        for top in tree.body:
+            scope = top.name if isinstance(top, (ast.FunctionDef, ast.ClassDef)) else None
+            declared = {n for node in ast.walk(top) if isinstance(node, ast.Global) for n in node.names}
+            for node in ast.walk(top):
+                targets = []
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    targets = [t for tt in targets for t in (tt.elts if isinstance(tt, ast.Tuple) else [tt])]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in mutators:
+                    targets = [node.func.value]
+                elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+                    targets = [node.args[0]]
+                for t in targets:
+                    name = root(t)
+                    top_level_name = scope is None or name in declared or not isinstance(t, ast.Name)
+                    if name and top_level_name:
+                        written.setdefault(name, set()).add((cell, scope))
+    return written
+
+
+def test_at_most_three_stores_are_written_from_more_than_one_place():
+    sources = [s for p in range(1, 9) for s in engine_source(p)]
+    defined_in = {}  # module-level data -> the cell that first assigns it (its definition, not a later write)
+    for cell, source in enumerate(sources):
+        for name in re.findall(r"^(\w+) = ", source, re.M):
+            defined_in.setdefault(name, cell)
+    written = places_written(sources)
+    shared = sorted(n for n, places in written.items() if n in defined_in
+                    and len(places - {(defined_in[n], None)}) > 1)
+    assert len(shared) <= 3, shared  # today: KERNELS, LINEAR_FORMS (a layer set through a loop variable is not followed)
+
