@@ -11,31 +11,24 @@ medians and the speed ratio after / before (above 1: the change is faster)."""
 
 import argparse
 import dataclasses
-import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_checkpoint  # noqa: E402
 import torch  # noqa: E402
+from notebook_engine import NOTEBOOK, load_engine  # noqa: E402
 
 
 def engine(notebook, checkpoint, quant):
-    """The notebook's engine cells run on the checkpoint (as scripts/notebook_engine.py runs them)."""
-    os.environ.update(QWEN3_MODEL_DIR=str(checkpoint), QWEN3_DEVICE="cpu", QWEN3_DTYPE="bfloat16",
-                      QWEN3_QUANT=quant, QWEN3_COMPILE="off")
-    module = types.ModuleType("notebook")
-    for cell in json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] == "code" and "demo" not in cell["metadata"].get("tags", []):
-            exec(compile("".join(cell["source"]), str(notebook), "exec"), module.__dict__)
-    module.config = dataclasses.replace(module.config, stop_ids=())  # fixed-length generations
-    return module
+    """The notebook's engine on the checkpoint, as a reader would load it; stop ids off (fixed lengths)."""
+    q = load_engine(checkpoint, dtype="bfloat16", notebook=notebook, QWEN3_QUANT=quant, QWEN3_COMPILE="off")
+    q.config = dataclasses.replace(q.config, stop_ids=())
+    return q
 
 
 def main():
@@ -47,16 +40,17 @@ def main():
     checkpoint = make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
     old = subprocess.run(["git", "show", f"{a.before}:qwen3_from_scratch.ipynb"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False) as f:
-        f.write(old)
-    engines = {"before": engine(f.name, checkpoint, a.quant),
-               "after": engine(ROOT / "qwen3_from_scratch.ipynb", checkpoint, a.quant)}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "before.ipynb").write_text(old, encoding="utf-8")
+        engines = {"before": engine(Path(tmp) / "before.ipynb", checkpoint, a.quant),
+                   "after": engine(NOTEBOOK, checkpoint, a.quant)}
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 150000, (16, 512), generator=g).tolist()
     long = torch.randint(0, 150000, (1, 4096), generator=g).tolist()
     work = {"decode tokens/s, batch 1": lambda q: q.generate([prompts[0][:32]], 48).decode_tokens_per_second}
     if a.quant == "none":
-        work["decode tokens/s, batch 16"] = lambda q: q.generate([r[:32] for r in prompts], 24).decode_tokens_per_second
+        work["decode tokens/s, batch 16"] = lambda q: q.generate([r[:32] for r in prompts],
+                                                                  24).decode_tokens_per_second
         work["prefill 512 tokens/s"] = lambda q: 512 / q.generate([prompts[0]], 1).prefill_seconds
         work["prefill 4,096 tokens/s"] = lambda q: 4096 / q.generate(long, 1).prefill_seconds
     results = {(w, e): [] for w in work for e in engines}

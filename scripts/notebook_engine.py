@@ -32,8 +32,9 @@ def engine_cells(notebook=NOTEBOOK, include_demo=False, tags=(), before=None):
     return chosen
 
 
-def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, tags=(), before=None, **env):
-    """Execute the engine cells (those above the heading `before`, if given) with QWEN3_MODEL_DIR /
+def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, tags=(), before=None,
+                notebook=NOTEBOOK, **env):
+    """Execute the engine cells of `notebook` (those above the heading `before`, if given) with QWEN3_MODEL_DIR /
     QWEN3_DEVICE / QWEN3_DTYPE set; return the namespace as a dict-like module (engine["forward"], engine.forward)."""
     settings = {"QWEN3_DEVICE": device, "QWEN3_DTYPE": dtype, **env}
     if model_dir is not None:  # None: the notebook's default, models/$QWEN3_MODEL
@@ -44,8 +45,8 @@ def load_engine(model_dir, device="cpu", dtype="float32", include_demo=False, ta
     os.environ.update({k: str(v) for k, v in settings.items()})
     module = types.ModuleType("qwen3_notebook")
     try:
-        for source in engine_cells(include_demo=include_demo, tags=tags, before=before):
-            exec(compile(source, str(NOTEBOOK), "exec"), module.__dict__)
+        for source in engine_cells(notebook, include_demo=include_demo, tags=tags, before=before):
+            exec(compile(source, str(notebook), "exec"), module.__dict__)
     finally:
         for k, v in saved.items():
             if v is None:

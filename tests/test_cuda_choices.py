@@ -11,26 +11,24 @@ from conftest import TEST_DEVICE
 
 
 def decided_on_a_fake_gpu(q, monkeypatch, capability=(8, 0), setting="auto"):
-    """The notebook's decode_step_compiled(), as it decides on a CUDA GPU of this capability."""
+    """The notebook's decode_step_compiled(), as it decides on a CUDA GPU of this capability: (compiled?, note)."""
     monkeypatch.setitem(q._module.__dict__, "device", torch.device("cuda"))
     monkeypatch.setitem(q._module.__dict__, "QWEN3_COMPILE", setting)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     return q.decode_step_compiled()
 
 
-def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(engine, monkeypatch, capsys):
-    assert not engine().COMPILE  # the fixtures' setting: auto
-    capsys.readouterr()
-    assert not decided_on_a_fake_gpu(engine(), monkeypatch)
-    assert "QWEN3_COMPILE=on compiles it" in capsys.readouterr().out
+def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(engine, monkeypatch):
+    assert not engine().COMPILE and engine().compile_note is None  # the fixtures' setting, auto, on a CPU: no note
+    compiled, why = decided_on_a_fake_gpu(engine(), monkeypatch)
+    assert not compiled and "QWEN3_COMPILE=on compiles it" in why
 
 
 @pytest.mark.parametrize("capability", [(8, 0), (6, 1)])
-def test_on_compiles_only_where_triton_and_the_gpu_can(engine, monkeypatch, capsys, capability):
+def test_on_compiles_only_where_triton_and_the_gpu_can(engine, monkeypatch, capability):
     can = importlib.util.find_spec("triton") is not None and capability >= (7, 0)
-    capsys.readouterr()
-    assert decided_on_a_fake_gpu(engine(), monkeypatch, capability, "on") == can
-    assert ("decoding eagerly: torch.compile's GPU code needs Triton" in capsys.readouterr().out) != can
+    compiled, why = decided_on_a_fake_gpu(engine(), monkeypatch, capability, "on")
+    assert compiled == can and (why is not None and "torch.compile's GPU code needs Triton" in why) != can
 
 
 def test_no_cpu_only_form_is_chosen_for_cuda(engine, monkeypatch):
@@ -45,11 +43,6 @@ def test_no_cpu_only_form_is_chosen_for_cuda(engine, monkeypatch):
 def test_the_fused_int4_kernel_is_trusted_only_when_it_agrees_with_dequantize(engine, monkeypatch):
     q = engine("tiny", "bfloat16")
     real = q.matmul_int4
-    if TEST_DEVICE == "cpu":
-        try:
-            ok = q.fused_int4_runs()
-        except Exception:  # noqa: BLE001 - the check itself must never raise
-            pytest.fail("fused_int4_runs raised")
-        assert isinstance(ok, bool)
+    assert q.fused_int4_runs() in (True, False)  # the trial itself never raises, whatever the kernel does
     monkeypatch.setitem(q._module.__dict__, "matmul_int4", lambda x, w: real(x, w) * 0 + 1)  # a wrong kernel
     assert not q.fused_int4_runs()
