@@ -169,8 +169,8 @@ def test_loading_cells_are_folded_plumbing_and_the_markdown_fits_a_sitting():
                and "demo" not in c["metadata"].get("tags", [])]
     assert loading and all(c["metadata"].get("jupyter", {}).get("source_hidden") and c["metadata"].get("cellView") == "form"
                            and "".join(c["source"]).startswith("# @title Plumbing") for c in loading)
-    words = sum(len("".join(c["source"]).split()) for c in cells() if c["cell_type"] == "markdown")
-    assert words <= 8000, words
+    words = sum(len(re.findall(r"\w+", "".join(c["source"]))) for c in cells() if c["cell_type"] == "markdown")
+    assert words <= 8000, words  # counted as the project's checks count them: runs of word characters
     first = "".join(cells()[0]["source"])
     assert "90-minute" in first and all(size in first for size in ("14B", "32B", "Qwen3.5"))
 
@@ -226,3 +226,18 @@ def test_at_most_three_stores_are_written_from_more_than_one_place():
                     and len(places - {(defined_in[n], None)}) > 1)
     assert len(shared) <= 3, shared  # today: KERNELS, LINEAR_FORMS (a layer set through a loop variable is not followed)
 
+
+
+def test_running_the_seam_cell_again_keeps_part_2s_attention(engine, reference):
+    """A reader re-runs cells: rebinding the attention seam a second time must not capture the seam's new
+    value as "Part 2's" (blocked_attention calling itself)."""
+    from notebook_engine import engine_cells
+    q = engine("tiny", QWEN3_MATMUL="native")
+    part_2s = q.written_out_attention
+    cell = next(c for c in engine_cells() if "def blocked_attention(" in c)
+    exec(compile(cell, "rerun", "exec"), q._module.__dict__)
+    assert q.written_out_attention is part_2s and q.attention is q.blocked_attention
+    ids = random_ids(1, 9, seed=5)
+    model = reference()
+    torch.testing.assert_close(q.forward(ids).cpu(), model(ids.to(model.device)).logits.float().cpu(),
+                               atol=1e-4, rtol=0)
