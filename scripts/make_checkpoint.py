@@ -369,9 +369,51 @@ def write_text_files(out_dir, ids, max_positions, base=False, with_generation_co
         json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
 
 
+# Llama (model_type llama), laid out as HuggingFaceTB/SmolLM2-135M-Instruct is published: tied and no
+# lm_head.weight stored, no head_dim in config.json (hidden / heads), rope_theta 100000, no QK-norm.
+LLAMA_SIZES = {
+    "tiny-llama": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=640, max_position_embeddings=512),
+}
+
+
+def build_llama(out_dir, size="tiny-llama", dtype="bfloat16", seed=0, tied=True):
+    """A random Llama checkpoint with this project's test tokenizer and chat template."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from safetensors.torch import save_file
+
+    shape = LLAMA_SIZES[size]
+    os.makedirs(out_dir, exist_ok=True)
+    tok = build_tokenizer(n_base_tokens=400)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    eos = ids["<|im_end|>"]
+    torch.manual_seed(seed)
+    config = LlamaConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=tied, bos_token_id=ids["<|im_start|>"],
+                         eos_token_id=eos, rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+    model = LlamaForCausalLM(config).eval()
+    randomise(model)
+    model = model.to(getattr(torch, dtype))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if tied:
+        state.pop("lm_head.weight", None)
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+           "attention_dropout": 0.0, "bos_token_id": ids["<|im_start|>"], "eos_token_id": eos,
+           "hidden_act": "silu", **shape, "initializer_range": 0.02, "is_llama_config": True,
+           "pretraining_tp": 1, "rms_norm_eps": 1e-5, "rope_interleaved": False, "rope_scaling": None,
+           "rope_theta": 100000, "tie_word_embeddings": tied, "torch_dtype": dtype,
+           "transformers_version": "4.42.3", "use_cache": True}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_text_files(out_dir, ids, shape["max_position_embeddings"])
+    return model
+
+
 def build_checkpoint(out_dir, size="tiny", **options):
-    """build() or build_qwen35(), as the size says."""
-    return (build_qwen35 if size in QWEN35_SIZES else build)(str(out_dir), size=size, **options)
+    """build(), build_qwen35() or build_llama(), as the size says."""
+    builder = build_qwen35 if size in QWEN35_SIZES else build_llama if size in LLAMA_SIZES else build
+    return builder(str(out_dir), size=size, **options)
 
 
 def cached(path, size="tiny"):
@@ -385,7 +427,7 @@ def cached(path, size="tiny"):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir")
-    p.add_argument("--size", choices=sorted(SIZES) + sorted(QWEN35_SIZES), default="tiny")
+    p.add_argument("--size", choices=sorted(SIZES) + sorted(QWEN35_SIZES) + sorted(LLAMA_SIZES), default="tiny")
     p.add_argument("--lm-head", choices=["present", "absent", "untied"], default=None,
                    help="default: as published, present for dense sizes, untied for MoE sizes")
     p.add_argument("--shards", type=int, default=1)
@@ -397,13 +439,13 @@ def main():
     p.add_argument("--mlp-only-layers", type=int, nargs="*", default=[], help="MoE: layers with a dense MLP")
     p.add_argument("--decoder-sparse-step", type=int, default=1, help="MoE: layer i sparse when (i+1) %% step == 0")
     a = p.parse_args()
-    qwen35 = a.size in QWEN35_SIZES
-    options = {} if qwen35 else dict(lm_head=a.lm_head, shards=a.shards, config_layout=a.config_layout, base=a.base)
-    if not qwen35 and is_moe(a.size):
+    qwen35, llama = a.size in QWEN35_SIZES, a.size in LLAMA_SIZES
+    options = {} if qwen35 or llama else dict(lm_head=a.lm_head, shards=a.shards, config_layout=a.config_layout, base=a.base)
+    if not (qwen35 or llama) and is_moe(a.size):
         options.update(norm_topk_prob=not a.no_norm_topk_prob, mlp_only_layers=a.mlp_only_layers,
                        decoder_sparse_step=a.decoder_sparse_step)
     build_checkpoint(a.out_dir, a.size, dtype=a.dtype, seed=a.seed, **options)
-    print(f"wrote a random {a.size} {'Qwen3.5' if qwen35 else 'Qwen3'} checkpoint to {a.out_dir}")
+    print(f"wrote a random {a.size} {'Qwen3.5' if qwen35 else 'Llama' if llama else 'Qwen3'} checkpoint to {a.out_dir}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ VARIANTS = {
     # Qwen3.5: the published vision-language layout (mtp.* tensors too), and a text-only one (qwen3_5_text)
     "qwen35": dict(size="tiny-qwen3.5", seed=0),
     "qwen35_text": dict(size="tiny-qwen3.5", text_only=True, seed=0),
+    # Llama, as HuggingFaceTB/SmolLM2-135M-Instruct is published (tied, no head_dim, no QK-norm)
+    "tiny_llama": dict(size="tiny-llama", seed=0),
 }
 
 

