@@ -230,7 +230,7 @@ def test_tokenizer_file_does_not_parse(broken, name, message):
 
 # --- a model this notebook does not implement is refused by name ---
 
-@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe", "llama"])
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe", "mistral"])
 def test_unsupported_model_type(broken, model_type):
     edit_config(broken, model_type=model_type)
     with pytest.raises(ValueError, match=f"has '{model_type}'") as info:
