@@ -107,6 +107,14 @@ def add_qwen3_tokens(tok):
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
 
 
+def start_checkpoint(out_dir):
+    """Make out_dir and write the test tokenizer there; -> {added token: its id}."""
+    os.makedirs(out_dir, exist_ok=True)
+    tok = build_tokenizer(n_base_tokens=400)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    return {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+
+
 def is_moe(size):
     return "num_experts" in SIZES[size]
 
@@ -135,10 +143,7 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
     assert moe or (norm_topk_prob is True and not mlp_only_layers and decoder_sparse_step == 1
 ), "MoE options need a MoE size"
     shape = SIZES[size]
-    os.makedirs(out_dir, exist_ok=True)
-    tok = build_tokenizer(n_base_tokens=400)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    ids = start_checkpoint(out_dir)
     assert max(ids.values()) < shape["vocab_size"]
     eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
     eos_token_id = eot if base else eos
@@ -275,10 +280,7 @@ def build_qwen35(out_dir, size="tiny-qwen3.5", dtype="bfloat16", seed=0, tied=Tr
 
     shape = dict(QWEN35_SIZES[size])
     mrope = shape.pop("mrope_section")
-    os.makedirs(out_dir, exist_ok=True)
-    tok = build_tokenizer(n_base_tokens=400)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    ids = start_checkpoint(out_dir)
     eos = ids["<|im_end|>"]
     torch.manual_seed(seed)
     n = shape["num_hidden_layers"]
@@ -383,10 +385,7 @@ def build_llama(out_dir, size="tiny-llama", dtype="bfloat16", seed=0, tied=True)
     from safetensors.torch import save_file
 
     shape = LLAMA_SIZES[size]
-    os.makedirs(out_dir, exist_ok=True)
-    tok = build_tokenizer(n_base_tokens=400)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    ids = {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    ids = start_checkpoint(out_dir)
     eos = ids["<|im_end|>"]
     torch.manual_seed(seed)
     config = LlamaConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=tied, bos_token_id=ids["<|im_start|>"],
