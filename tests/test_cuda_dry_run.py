@@ -106,6 +106,7 @@ def fake_gpu(capability=(8, 0)):
                                 get_device_name=lambda device=None: "a fake GPU", synchronize=lambda device=None: None,
                                 mem_get_info=lambda device=None: (80 * 2**30, 80 * 2**30)).items():
             patches.enter_context(mock.patch.object(torch.cuda, name, value))
+        patches.enter_context(mock.patch.object(torch.accelerator, "synchronize", lambda device=None: None))
         patches.enter_context(mock.patch.object(safetensors, "safe_open", safe_open))
         yield mode
 

@@ -156,7 +156,7 @@ def test_anchor_links_resolve():
 def test_generation_functions_take_at_most_8_parameters_and_choose_their_step_once(engine):
     import inspect
     q = engine()
-    for f in (q.generate, q._generate, q._generate_within_budget, q.chat, q.ChatSession.ask, q.ChatSession.respond):
+    for f in (q.generate, q._generate, q.chat, q.ChatSession.ask, q.ChatSession.respond, q.ChatSession._reply):
         assert len(inspect.signature(f).parameters) <= 8 + ("self" in inspect.signature(f).parameters), f
     cell = next(c for c in map("".join, (c["source"] for c in cells())) if "\ndef _generate(" in c)
     body = re.search(r"^def _generate\(.*?(?=^\S)", cell + "\n#", re.S | re.M).group(0)
