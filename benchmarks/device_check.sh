@@ -1,75 +1,88 @@
 #!/usr/bin/env bash
-# GPU in one command, in about six minutes: the engine's tests on CUDA, the whole notebook on CUDA, then a short
-# measurement (benchmarks/gpu_check.py: eager vs transformers, int8/int4, the compiled step and how often it
-# compiles). Every step writes its results as it goes, so a kill keeps what was done.
+# GPU in one command, in about six minutes: the engine's tests on CUDA, the whole notebook on CUDA (each cell's
+# time, error and compiles), then benchmarks/gpu_check.py (eager vs transformers, the compiled step and how often
+# it compiles, int8/int4, batch 16) on a random Qwen3-0.6B made on the GPU. Each step writes as it goes.
 #
-#     benchmarks/device_check.sh [OUT]        # from the repository root; OUT defaults to runs/device_check
+#     benchmarks/device_check.sh [OUT] [STEP ...]   # STEP: env tests notebook gpu (default: all, in order)
+#     benchmarks/device_check.sh runs/device_check notebook   # rerun one step alone (each takes <= 3 minutes)
 #
-# Writes OUT/env.txt, OUT/tests.log (+ tests.xml), OUT/notebook.log (+ the executed notebook), OUT/gpu_check.log
-# and OUT/gpu_check.jsonl (a line per measurement), and OUT/summary.txt (a line per step, appended as each ends).
-# Time limits per step (seconds): TESTS_TIMEOUT 150, NOTEBOOK_TIMEOUT 80, GPU_TIMEOUT 170; with the start,
-# under 420 s. A failing step never stops the next. Offline: nothing is downloaded; the models are random
-# checkpoints built here (a tiny one and a Qwen3-0.6B-shaped one, made on the GPU machine's CPUs).
+# Writes OUT/env.json, OUT/tests.log (+ tests.xml), OUT/notebook.log + notebook_cells.json, OUT/gpu_check.log +
+# gpu_check.jsonl, and OUT/summary.json (rewritten after every step; summary.txt: a line per step). Limits per
+# step (seconds): TESTS_TIMEOUT 120, NOTEBOOK_TIMEOUT 75, GPU_TIMEOUT 200. Offline: nothing is installed; the
+# Python there is used as it is (its versions recorded) and a missing package fails its step, saying which.
 set -u
 
 OUT="${1:-runs/device_check}"
-TESTS_TIMEOUT="${TESTS_TIMEOUT:-150}"
-NOTEBOOK_TIMEOUT="${NOTEBOOK_TIMEOUT:-80}"
-GPU_TIMEOUT="${GPU_TIMEOUT:-170}"
+shift || true
+STEPS="${*:-env tests notebook gpu}"
 PY="${PYTHON:-python3}"
-
 mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" || exit 1
 cd "$(dirname "$0")/.." || exit 1
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg TOKENIZERS_PARALLELISM=false
 
-record() {  # record STEP STATUS [NOTE]: appended at once
-    echo "$1: $2${3:+ ($3)}" | tee -a "$SUMMARY"
+record() {  # record STEP RC SECONDS LOG: summary.txt and summary.json, at once
+    echo "$1: exit $2 ($3 s)" | tee -a "$OUT/summary.txt"
+    "$PY" - "$OUT/summary.json" "$@" <<'EOF'
+import json, os, sys
+path, step, rc, seconds, log = sys.argv[1:6]
+summary = json.load(open(path)) if os.path.exists(path) else {}
+tail = open(log, errors="replace").read().strip().splitlines()[-3:] if os.path.exists(log) else []
+summary[step] = {"exit": int(rc), "seconds": int(seconds), "timed_out": rc in ("124", "137"), "last_lines": tail}
+json.dump(summary, open(path, "w"), indent=1)
+EOF
 }
 
-run_step() {  # run_step NAME TIMEOUT LOG COMMAND...: the command's exit status and time, recorded
-    local name="$1" limit="$2" log="$3" start=$SECONDS rc note
+run_step() {  # run_step NAME LIMIT LOG COMMAND...
+    local name="$1" limit="$2" log="$3" start=$SECONDS
     shift 3
     timeout -k 5 "$limit" "$@" > "$log" 2>&1
-    rc=$?
-    note="$(( SECONDS - start )) s"
-    { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && note="$note, timed out after $limit s"
-    record "$name" "exit $rc" "$note"
+    record "$name" $? $(( SECONDS - start )) "$log"
+    tail -n 2 "$log"
 }
 
-{
-    echo "== device_check $(date -u +%Y-%m-%dT%H:%M:%SZ), git $(git rev-parse --short HEAD 2>/dev/null)"
-    command -v nvidia-smi >/dev/null && nvidia-smi -L
-    "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
-'| transformers', transformers.__version__, '| available', torch.cuda.is_available()); \
-torch.cuda.is_available() and print(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))"
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
-if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    record cuda "unavailable" "nothing run"
-    exit 2
-fi
-record cuda "available"
-"$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1 || record tiny_checkpoint "failed"
-
-# 1. the engine against transformers on the GPU (the compiled step's own tests compile: they are step 3's)
-QWEN3_TEST_DEVICE=cuda run_step tests "$TESTS_TIMEOUT" "$OUT/tests.log" \
-    "$PY" -m pytest -q -p no:cacheprovider -rs --junitxml="$OUT/tests.xml" tests/test_model.py \
-    tests/test_components.py tests/test_int8.py tests/test_int4.py tests/test_moe.py tests/test_qwen35.py \
-    tests/test_sampling.py tests/test_cuda_choices.py tests/test_speculation.py tests/test_chat_and_streaming.py
-tail -n 1 "$OUT/tests.log" | tee -a "$SUMMARY"
-
-# 2. the whole notebook, demos included, on the GPU (the tiny model: its figures are not the point)
-QWEN3_MODEL_DIR=models/tiny QWEN3_DEVICE=cuda run_step notebook "$NOTEBOOK_TIMEOUT" "$OUT/notebook.log" \
-    "$PY" -m jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=-1 --output-dir "$OUT" \
-    --output notebook_on_cuda qwen3_from_scratch.ipynb
-
-# 3. measurements on a random Qwen3-0.6B (built once in .cache/), each written as it is taken
-run_step gpu_check "$GPU_TIMEOUT" "$OUT/gpu_check.log" "$PY" benchmarks/gpu_check.py "$OUT"
-grep '^== ' "$OUT/gpu_check.log" | cut -c1-300 | tee -a "$SUMMARY"
-
-echo "== summary ($SUMMARY)"
-cat "$SUMMARY"
-! grep -qE '^[a-z_]+: exit [1-9]' "$SUMMARY"
+for step in $STEPS; do
+    case "$step" in
+    env)
+        run_step env 60 "$OUT/env.log" "$PY" - "$OUT/env.json" <<'EOF'
+import importlib, json, platform, subprocess, sys
+info = {"python": sys.version.split()[0], "machine": platform.platform()}
+for name in ("torch", "triton", "transformers", "tokenizers", "safetensors", "nbclient", "pytest"):
+    try:
+        info[name] = getattr(importlib.import_module(name), "__version__", "?")
+    except Exception as e:
+        info[name] = f"missing ({type(e).__name__})"
+import torch
+info |= {"cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+if torch.cuda.is_available():
+    info |= {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
+             "memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
+with open(sys.argv[1], "w") as f:
+    json.dump(info, f, indent=1)
+print(json.dumps(info))
+sys.exit(0 if info["cuda_available"] else 2)
+EOF
+        grep -q '"cuda_available": true' "$OUT/env.json" || { echo "no CUDA GPU here: nothing else to check"; exit 2; }
+        ;;
+    tests)  # the engine against transformers on the GPU (the compiled step is gpu's to measure)
+        "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
+        QWEN3_TEST_DEVICE=cuda run_step tests 120 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -rs \
+            --junitxml="$OUT/tests.xml" tests/test_model.py tests/test_components.py tests/test_int8.py \
+            tests/test_int4.py tests/test_moe.py tests/test_qwen35.py tests/test_sampling.py tests/test_cuda_choices.py \
+            tests/test_speculation.py tests/test_chat_and_streaming.py tests/test_parts.py
+        ;;
+    notebook)  # every cell, demos included, on the tiny model
+        "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
+        QWEN3_DEVICE=cuda QWEN3_MODEL_DIR=models/tiny run_step notebook 75 "$OUT/notebook.log" \
+            "$PY" benchmarks/notebook_cells.py "$OUT"
+        ;;
+    gpu)
+        run_step gpu 200 "$OUT/gpu_check.log" "$PY" benchmarks/gpu_check.py "$OUT"
+        grep '^== ' "$OUT/gpu_check.log" | cut -c1-300
+        ;;
+    *) echo "unknown step $step (env, tests, notebook, gpu)"; exit 2 ;;
+    esac
+done
+echo "== $OUT/summary.json"
+cat "$OUT/summary.json"
+"$PY" -c "import json, sys; sys.exit(any(s['exit'] for s in json.load(open(sys.argv[1])).values()))" "$OUT/summary.json"

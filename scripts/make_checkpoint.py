@@ -121,14 +121,15 @@ def is_moe(size):
 
 def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dtype="bfloat16",
           base=False, seed=0, with_generation_config=True, template_file=False, *,
-          norm_topk_prob=True, mlp_only_layers=(), decoder_sparse_step=1):
+          norm_topk_prob=True, mlp_only_layers=(), decoder_sparse_step=1, device="cpu"):
     """Write a checkpoint to out_dir and return the transformers model it was made from.
 
     lm_head: "present" (tied, lm_head.weight stored too, as Qwen3-0.6B), "absent" (tied,
     not stored, as Qwen3-4B) or "untied" (its own matrix, as Qwen3-8B and Qwen3-30B-A3B);
     None: as published, "present" for dense sizes, "untied" for MoE sizes.
     MoE sizes only: norm_topk_prob, mlp_only_layers (layers with a dense MLP),
-    decoder_sparse_step (layer i is sparse when (i + 1) % step == 0). The router weights are not
+    decoder_sparse_step (layer i is sparse when (i + 1) % step == 0). Dense sizes only: device, where the
+    random weights are made ("cuda": the 0.6B in seconds; other numbers than a CPU's). The router weights are not
     scaled up: a sharper softmax makes top-k near-ties no rarer (the ordering is unchanged) and
     amplifies rounding (transformers' own float32 implementations differ on tiny-moe by 2e-5 as
     built, 5e-5 with the router x2, 2e-4 with it x4).
@@ -164,11 +165,12 @@ def build(out_dir, size="tiny", lm_head=None, shards=1, config_layout="4.51", dt
         randomise(model)
     else:
         config = Qwen3Config(**shape, **common)
-        model = Qwen3ForCausalLM(config).eval()
-        randomise(model)
+        with torch.device(device):
+            model = Qwen3ForCausalLM(config).eval()
+            randomise(model)
         model = model.to(getattr(torch, dtype))
 
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.contiguous().cpu() for k, v in model.state_dict().items()}
     if moe:
         state = per_expert_layout(state)
     if lm_head == "present":
@@ -415,11 +417,11 @@ def build_checkpoint(out_dir, size="tiny", **options):
     return builder(str(out_dir), size=size, **options)
 
 
-def cached(path, size="tiny"):
+def cached(path, size="tiny", **options):
     """A random checkpoint of `size` at path, built once and reused (benchmarks, pictures)."""
     if not os.path.exists(os.path.join(path, "config.json")):
         print(f"building a random {size} checkpoint in {path} (once) ...", flush=True)
-        build_checkpoint(path, size)
+        build_checkpoint(path, size, **options)
     return path
 
 

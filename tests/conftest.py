@@ -68,13 +68,15 @@ def checkpoints(tmp_path_factory):
 @pytest.fixture(scope="session")
 def engine(checkpoints):
     """engine(variant="tiny", dtype="float32", **settings) -> the notebook's namespace on that checkpoint,
-    on TEST_DEVICE, loaded with those QWEN3_* settings."""
+    on TEST_DEVICE, loaded with those QWEN3_* settings (QWEN3_COMPILE=off unless given: on a GPU too, where
+    the recorder tests swap functions; test_cuda_choices.py runs the default, auto)."""
     cache = {}
 
     def get(variant="tiny", dtype="float32", **env):
         key = (variant, dtype, tuple(sorted(env.items())))
         if key not in cache:
-            cache[key] = load_engine(checkpoints(variant), device=TEST_DEVICE, dtype=dtype, **env)
+            cache[key] = load_engine(checkpoints(variant), device=TEST_DEVICE, dtype=dtype,
+                                     **{"QWEN3_COMPILE": "off", **env})  # eager unless a test asks
         return cache[key]
     return get
 

@@ -85,3 +85,60 @@ def test_mixture_of_experts_stays_eager(checkpoints):
     with pytest.raises(ValueError, match="QWEN3_COMPILE='on' but this is a mixture-of-experts model"):
         load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="on")
     assert not load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="auto").COMPILE
+
+
+@pytest.fixture
+def recorded(checkpoints):
+    """A QWEN3_COMPILE=on engine whose compiled step is a recorder around the eager static step (nothing is
+    compiled: what static_step and generate() do around it is what these tests check)."""
+    q = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", QWEN3_COMPILE="on")
+    calls = []
+
+    def compiled(ids, slot, cache, *how):
+        calls.append((ids.is_contiguous(), how))
+        return q.static_decode_step(ids, slot, cache, *how)
+    q.compiled_decode_step = compiled
+    q.COMPILED_FROM["compiled_decode_step"] = compiled
+    return q, calls
+
+
+def test_a_failed_compile_decodes_eagerly_and_says_why_once(recorded, engine, capsys):
+    q, _ = recorded
+
+    def fails(*args):
+        raise RuntimeError("InductorError: LoweringException: no C++ compiler\nmore detail")
+    q.compiled_decode_step = q.COMPILED_FROM["compiled_decode_step"] = fails
+    prompt = random_ids(1, 9, seed=1).tolist()
+    for _ in range(2):
+        assert q.generate(prompt, 12).tokens == engine().generate(prompt, 12).tokens
+    said = capsys.readouterr().out
+    assert said.count("decoding eagerly from here on") == 1 and "LoweringException: no C++ compiler" in said
+    assert q.COMPILE_FAILED and not q.COMPILE_SECONDS
+
+
+def test_a_swapped_function_decodes_eagerly(recorded, engine):
+    """The compiled step was made from the engine's functions: swapping one (as the demo cells do) must be
+    seen, so generate() decodes eagerly then, and with the compiled step again once it is put back."""
+    q, calls = recorded
+    prompt = random_ids(1, 9, seed=2).tolist()
+    q.generate(prompt, 6)
+    assert len(calls) == 5
+    drawn = []
+    with q.swapped(sample=lambda logits, *how: drawn.append(1) or logits.argmax(dim=-1)):
+        assert q.generate(prompt, 6).tokens == engine().generate(prompt, 6).tokens
+    assert len(calls) == 5 and len(drawn) == 6  # the prefill's token and 5 eager steps, all through `sample`
+    q.generate(prompt, 6)
+    assert len(calls) == 10
+
+
+def test_greedy_compiles_one_graph_whatever_top_k_and_the_inputs_layout(recorded):
+    """temperature 0: top_k and top_p change nothing, so they key no new graph; a speculative step's strided
+    ids are made contiguous (another layout would compile again)."""
+    q, calls = recorded
+    prompt = random_ids(1, 9, seed=3).tolist()
+    q.generate(prompt, 6, top_k=5)
+    q.generate(prompt, 6, top_p=0.5)
+    q.generate([prompt[0] * 2] * 2, 12, speculate=4)  # repeated prompts: drafts accepted, rows strided
+    assert sorted(k[:2] for k in q.COMPILE_SECONDS) == [(1, 128), (2, 128)]  # batch 1, then 2: one graph each
+    assert all(contiguous for contiguous, _ in calls)
+    assert {how for _, how in calls} == {(0.0, 0, 1.0)}

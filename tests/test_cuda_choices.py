@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import TEST_DEVICE
+from notebook_engine import load_engine
 
 
 def decided_on_a_fake_gpu(q, monkeypatch, capability=(8, 0), setting="auto"):
@@ -18,9 +19,10 @@ def decided_on_a_fake_gpu(q, monkeypatch, capability=(8, 0), setting="auto"):
     return q.decode_step_compiled()
 
 
-def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(engine, monkeypatch):
-    assert not engine().COMPILE and engine().compile_note is None  # the fixtures' setting, auto, on a CPU: no note
-    compiled, why = decided_on_a_fake_gpu(engine(), monkeypatch)
+def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(checkpoints, monkeypatch):
+    q = load_engine(checkpoints("tiny"), device=TEST_DEVICE)  # the default setting, auto (the fixtures: off)
+    assert q.QWEN3_COMPILE == "auto" and not q.COMPILE and (q.compile_note is None) == (TEST_DEVICE == "cpu")
+    compiled, why = decided_on_a_fake_gpu(q, monkeypatch)
     assert not compiled and "QWEN3_COMPILE=on compiles it" in why
 
 
