@@ -21,7 +21,7 @@ def decided_on_a_fake_gpu(q, monkeypatch, capability=(8, 0), setting="auto"):
 
 def test_auto_decodes_eagerly_on_cuda_and_says_how_to_compile(checkpoints, monkeypatch):
     q = load_engine(checkpoints("tiny"), device=TEST_DEVICE)  # the default setting, auto (the fixtures: off)
-    assert q.QWEN3_COMPILE == "auto" and not q.COMPILE and (q.compile_note is None) == (TEST_DEVICE == "cpu")
+    assert q.QWEN3_COMPILE == "auto" and not q.COMPILE and "QWEN3_COMPILE=on compiles it" in q.compile_note
     compiled, why = decided_on_a_fake_gpu(q, monkeypatch)
     assert not compiled and "QWEN3_COMPILE=on compiles it" in why
 
