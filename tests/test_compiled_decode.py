@@ -141,7 +141,18 @@ def test_greedy_compiles_one_graph_whatever_top_k_and_the_inputs_layout(recorded
     q.generate([prompt[0] * 2] * 2, 12, speculate=4)  # repeated prompts: drafts accepted, rows strided
     assert sorted(k[:2] for k in q.COMPILE_SECONDS) == [(1, 128), (2, 128)]  # batch 1, then 2: one graph each
     assert all(contiguous for contiguous, _ in calls)
-    assert {how for _, how in calls} == {(0.0, 0, 1.0)}
+    assert {how[1:] for _, how in calls} == {(0.0, 0, 1.0)}  # (how[0]: the slots read)
+
+
+def test_the_step_reads_the_filled_part_of_the_cache_in_at_most_four_lengths(recorded, engine):
+    """A 256-slot cache is read in its first 128 slots while they hold the sequence, then in all 256: one
+    compile each (announced), and the tokens of the eager step, which reads whole KEY_STEPs."""
+    q, calls = recorded
+    prompt = random_ids(1, 9, seed=5).tolist()
+    assert q.generate(prompt, 150).tokens == engine().generate(prompt, 150).tokens
+    reads = [how[0] for _, how in calls]
+    assert reads == sorted(reads) and set(reads) == {128, 256} and reads.count(128) == 128 - 9
+    assert sorted(k[2] for k in q.COMPILE_SECONDS) == [128, 256]
 
 
 @pytest.mark.parametrize("quant, form", [("int8", "int8"), ("int4", "int4")])
