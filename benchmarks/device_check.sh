@@ -7,8 +7,9 @@
 #     benchmarks/device_check.sh runs/device_check notebook   # rerun one step alone (each takes <= 3 minutes)
 #
 # Writes OUT/env.json, OUT/tests.log (+ tests.xml), OUT/notebook.log + notebook_cells.json, OUT/gpu_check.log +
-# gpu_check.jsonl, and OUT/summary.json (rewritten after every step; summary.txt: a line per step). Limits per
-# step (seconds): TESTS_TIMEOUT 120, NOTEBOOK_TIMEOUT 75, GPU_TIMEOUT 200. Offline: nothing is installed; the
+# gpu_check.jsonl, and OUT/summary.json (rewritten after every step; summary.txt: a line per step; both start
+# afresh when every step runs). Limits per step (seconds): TESTS_TIMEOUT 120, NOTEBOOK_TIMEOUT 100 (the notebook
+# runs with QWEN3_COMPILE=on: each shape it announces compiles once), GPU_TIMEOUT 170; env takes seconds. Offline: nothing is installed; the
 # Python there is used as it is (its versions recorded); a step whose packages are missing is skipped (exit 3
 # in the summary), saying which.
 set -u
@@ -16,6 +17,7 @@ set -u
 OUT="${1:-runs/device_check}"
 shift || true
 STEPS="${*:-env tests notebook gpu}"
+[ $# -eq 0 ] && rm -f "$OUT/summary.json" "$OUT/summary.txt"  # a whole run: its own summary only
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" || exit 1
 cd "$(dirname "$0")/.." || exit 1
@@ -59,7 +61,7 @@ run_step() {  # run_step NAME LIMIT LOG COMMAND...
 for step in $STEPS; do
     case "$step" in
     env)
-        run_step env 60 "$OUT/env.log" "$PY" - "$OUT/env.json" <<'EOF'
+        run_step env 30 "$OUT/env.log" "$PY" - "$OUT/env.json" <<'EOF'
 import importlib, json, platform, subprocess, sys
 info = {"python": sys.version.split()[0], "machine": platform.platform()}
 for name in ("torch", "triton", "transformers", "tokenizers", "safetensors", "nbclient", "pytest"):
@@ -82,7 +84,7 @@ EOF
     tests)  # the engine against transformers on the GPU (the compiled step is gpu's to measure)
         skip_without tests pytest transformers safetensors tokenizers jinja2 && continue
         "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
-        QWEN3_TEST_DEVICE=cuda run_step tests 120 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -rs \
+        QWEN3_TEST_DEVICE=cuda run_step tests "${TESTS_TIMEOUT:-120}" "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -rs \
             --junitxml="$OUT/tests.xml" tests/test_model.py tests/test_components.py tests/test_int8.py \
             tests/test_int4.py tests/test_moe.py tests/test_qwen35.py tests/test_sampling.py tests/test_cuda_choices.py \
             tests/test_speculation.py tests/test_chat_and_streaming.py tests/test_parts.py
@@ -90,12 +92,13 @@ EOF
     notebook)  # every cell, demos included, on the tiny model
         skip_without notebook nbclient nbformat ipykernel transformers matplotlib && continue
         "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
-        QWEN3_DEVICE=cuda QWEN3_MODEL_DIR=models/tiny run_step notebook 75 "$OUT/notebook.log" \
+        QWEN3_DEVICE=cuda QWEN3_COMPILE=on QWEN3_MODEL_DIR=models/tiny run_step notebook "${NOTEBOOK_TIMEOUT:-100}" \
+            "$OUT/notebook.log" \
             "$PY" benchmarks/notebook_cells.py "$OUT"
         ;;
     gpu)
         skip_without gpu transformers safetensors tokenizers jinja2 && continue
-        run_step gpu 200 "$OUT/gpu_check.log" "$PY" benchmarks/gpu_check.py "$OUT"
+        run_step gpu "${GPU_TIMEOUT:-170}" "$OUT/gpu_check.log" "$PY" benchmarks/gpu_check.py "$OUT"
         grep '^== ' "$OUT/gpu_check.log" | cut -c1-300
         ;;
     *) echo "unknown step $step (env, tests, notebook, gpu)"; exit 2 ;;
