@@ -89,6 +89,8 @@ def test_yarn_factor_setting(checkpoints):
     q = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", QWEN3_YARN_FACTOR="4")
     assert q.config.rope_scaling == {"factor": 4.0, "original_max_position_embeddings": 32768}
     assert q.config.max_position_embeddings == 4 * 32768
-    for bad in ["four", "0.5", "inf"]:
+    assert load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32",
+                       QWEN3_YARN_FACTOR="1e1").config.rope_scaling["factor"] == 10.0  # any number float() reads
+    for bad in ["four", "0.5", "inf", "nan", "1"]:
         with pytest.raises(ValueError, match=f"QWEN3_YARN_FACTOR='{bad}' is not a valid setting"):
             load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", QWEN3_YARN_FACTOR=bad)
