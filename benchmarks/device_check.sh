@@ -50,6 +50,10 @@ skip_without() {  # skip_without STEP MODULE...: true (and recorded as skipped, 
     record "$step" 3 0 "$OUT/$step.log"
 }
 
+tiny_checkpoint() {  # the tests' and the notebook's model, built once
+    [ -f models/tiny/config.json ] || "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
+}
+
 run_step() {  # run_step NAME LIMIT LOG COMMAND...
     local name="$1" limit="$2" log="$3" start=$SECONDS
     shift 3
@@ -83,7 +87,7 @@ EOF
         ;;
     tests)  # the engine against transformers on the GPU (the compiled step is gpu's to measure)
         skip_without tests pytest transformers safetensors tokenizers jinja2 && continue
-        "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
+        tiny_checkpoint
         QWEN3_TEST_DEVICE=cuda run_step tests "${TESTS_TIMEOUT:-120}" "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider -rs \
             --junitxml="$OUT/tests.xml" tests/test_model.py tests/test_components.py tests/test_int8.py \
             tests/test_int4.py tests/test_moe.py tests/test_qwen35.py tests/test_sampling.py tests/test_cuda_choices.py \
@@ -91,7 +95,7 @@ EOF
         ;;
     notebook)  # every cell, demos included, on the tiny model
         skip_without notebook nbclient nbformat ipykernel transformers matplotlib && continue
-        "$PY" scripts/make_checkpoint.py models/tiny > /dev/null 2>&1
+        tiny_checkpoint
         QWEN3_DEVICE=cuda QWEN3_COMPILE=on QWEN3_MODEL_DIR=models/tiny run_step notebook "${NOTEBOOK_TIMEOUT:-100}" \
             "$OUT/notebook.log" \
             "$PY" benchmarks/notebook_cells.py "$OUT"
