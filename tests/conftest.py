@@ -23,6 +23,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # QWEN3_TEST_DEVICE=cuda (benchmarks/device_check.sh). Inputs are made on the CPU, as before, then moved.
 TEST_DEVICE = os.environ.get("QWEN3_TEST_DEVICE", "cpu")
 
+
+def _bf16_packing():  # oneDNN packs bf16 weights only on CPUs with AVX-512 or AVX-NE-CONVERT (AVX2 alone: no)
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=torch.bfloat16)).is_mkldnn
+    except (RuntimeError, AttributeError):
+        return False
+
+
+BF16_PACKING = TEST_DEVICE == "cpu" and torch.backends.mkldnn.is_available() and _bf16_packing()
+
 # name -> make_checkpoint.build_checkpoint() options. "tiny" is laid out as Qwen3-0.6B is published.
 DENSE_VARIANTS = {  # the dense Qwen3 layouts
     "tiny": {},

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import TEST_DEVICE
+from conftest import BF16_PACKING, TEST_DEVICE
 from notebook_engine import engine_cells, load_engine
 
 
@@ -51,6 +51,11 @@ def test_auto_packs_a_model_big_enough_to_time(checkpoints):
     q = load_engine(checkpoints("tiny"), device="cpu", dtype="bfloat16")
     assert q.KERNELS["weights"] == "plain" and not q.weights.layers[0].qkv_proj.is_mkldnn  # nothing timed
     q.calibrate(min_bytes=0)
+    assert q.packing_possible() == BF16_PACKING  # oneDNN packs bf16 only with AVX-512 or AVX-NE-CONVERT
+    if not BF16_PACKING:  # an AVX2 CPU: the plain forms are timed, the weights stay plain
+        assert q.KERNELS["weights"] == "plain" and not q.weights.layers[0].qkv_proj.is_mkldnn
+        assert set(q.KERNELS["plain"]) == set(q.TIMED_ROWS)
+        return
     assert q.KERNELS["weights"] == "packed" and q.weights.layers[0].qkv_proj.is_mkldnn
     assert set(q.KERNELS["packed"]) == set(q.KERNELS["plain"]) == set(q.TIMED_ROWS)
 

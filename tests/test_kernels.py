@@ -4,7 +4,7 @@ defaults (dtype, KV cache, prefill attention) are chosen as documented."""
 import pytest
 import torch
 
-from conftest import TEST_DEVICE, random_ids
+from conftest import BF16_PACKING, TEST_DEVICE, random_ids
 from notebook_engine import load_engine
 
 FORCED = [dict(QWEN3_MATMUL=m) for m in ("native", "widen", "packed")] + [
@@ -52,6 +52,10 @@ def within_transformers_own_rounding(ours, ids, reference):
 @pytest.mark.parametrize("env", FORCED, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()))
 def test_forced_form_bf16_within_transformers_own_rounding(forced, reference, env):
     cpu_only(env)
+    if env.get("QWEN3_MATMUL") == "packed" and not BF16_PACKING:  # an AVX2 CPU: refused, saying what to use
+        with pytest.raises(ValueError, match="AVX-512 or AVX-NE-CONVERT: use auto, native or widen"):
+            forced("bfloat16", **env)
+        return
     q = forced("bfloat16", **env)
     for rows in (1, 16):
         ids = random_ids(rows, 40, seed=rows)
@@ -77,7 +81,9 @@ def test_many_row_forms_equal_reference(forced, reference, name, monkeypatch):
         q, model = forced("float32", QWEN3_MATMUL="packed"), reference()
         with q.swapped(KERNELS={**q.KERNELS, **kernels}):
             torch.testing.assert_close(q.forward(ids), model(ids).logits, atol=1e-4, rtol=0)
-    q = forced("bfloat16", QWEN3_MATMUL="packed")
+    if "attention" not in kernels and not BF16_PACKING:
+        return  # no bf16 packed weights on this CPU (the refusal: test_forced_form_bf16_...)
+    q = forced("bfloat16", QWEN3_MATMUL="packed" if BF16_PACKING else "native")
     seen, cached, written_out, blocked = set(), set(), q.written_out_attention, q.blocked_attention
     assert q.attention is blocked  # the seam Part 2 declared, as the engine rebinds it
     monkeypatch.setitem(q._module.__dict__, "written_out_attention",
@@ -95,12 +101,12 @@ def test_forced_settings_pin_the_choices(forced):
         pytest.skip("CPU forms")
     assert set(forced("bfloat16", QWEN3_MATMUL="native").KERNELS["plain"].values()) == {"native"}
     assert set(forced("bfloat16", QWEN3_MATMUL="widen").KERNELS["plain"].values()) == {"widen"}
-    packed = forced("bfloat16", QWEN3_MATMUL="packed")
+    packed = forced("bfloat16" if BF16_PACKING else "float32", QWEN3_MATMUL="packed")  # float32: on any CPU
     assert packed.KERNELS["weights"] == "packed"
     layer = packed.weights.layers[0]
     assert all(getattr(layer, n).is_mkldnn for n in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
     assert not packed.weights.embed_tokens.is_mkldnn  # tied: the lookup table stays plain (and serves lm_head)
-    plain = forced("bfloat16", QWEN3_MATMUL="native").weights.layers[0]
+    plain = forced("bfloat16" if BF16_PACKING else "float32", QWEN3_MATMUL="native").weights.layers[0]
     assert torch.equal(layer.k_proj, plain.k_proj) and torch.equal(layer.up_proj, plain.up_proj)  # views still read
     assert forced("bfloat16", QWEN3_KV_DTYPE="float32").new_cache(1, 4).k.dtype == torch.float32
     assert forced("bfloat16", QWEN3_KV_DTYPE="model").new_cache(1, 4).k.dtype == torch.bfloat16
