@@ -84,7 +84,36 @@ def test_mixture_of_experts_stays_eager(checkpoints):
     """Which experts run depends on the values: QWEN3_COMPILE=on is refused by name, auto stays eager."""
     with pytest.raises(ValueError, match="QWEN3_COMPILE='on' but this is a mixture-of-experts model"):
         load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="on")
-    assert not load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="auto").COMPILE
+    moe = load_engine(checkpoints("moe"), device=TEST_DEVICE, QWEN3_COMPILE="auto")
+    assert not moe.COMPILE and moe.compile_note.startswith("this is a mixture-of-experts model")
+
+
+def test_auto_compiles_on_a_cpu_only_where_it_pays_back(checkpoints, monkeypatch):
+    """QWEN3_COMPILE=auto on a CPU decides at load, without compiling, from the layers and one small operation
+    timed here: a compile of COMPILE_SECONDS_PER_LAYER a layer against DISPATCHES_PER_LAYER saved a layer and
+    token, within 500 tokens; a second copy of the weights must fit in memory. The note says why."""
+    if TEST_DEVICE != "cpu":
+        pytest.skip("the CPU rule")
+    q = load_engine(checkpoints("tiny"), device="cpu", dtype="float32")  # the default, auto
+    assert q.QWEN3_COMPILE == "auto" and not q.COMPILE
+    assert "paid back after" in q.compile_note and "QWEN3_COMPILE=on compiles it all the same" in q.compile_note
+    L, ops = q.config.num_hidden_layers, q.DISPATCHES_PER_LAYER
+    tokens = lambda per_op: q.COMPILE_SECONDS_PER_LAYER[0] * L / (ops * L * per_op)  # where the step pays back
+    for per_op, pays in [(q.COMPILE_SECONDS_PER_LAYER[0] / (ops * 600), False),  # paid back after 600 tokens
+                         (q.COMPILE_SECONDS_PER_LAYER[0] / (ops * 400), True)]:  # after 400
+        monkeypatch.setattr(q.timeit, "repeat", lambda *a, **k: [1000 * per_op, 2000 * per_op])
+        decided, why = q.cpu_compile_pays()
+        assert decided == pays and f"paid back after {tokens(per_op):,.0f} tokens" in why, why
+        with q.swapped(QWEN3_COMPILE="auto"):
+            assert q.decode_step_compiled()[0] == pays
+        with q.swapped(free_memory_bytes=lambda device: q.stored_bytes() - 1):  # no room for the frozen copy
+            assert q.cpu_compile_pays() == (False, why.split(":")[0] + ", but a second copy of the weights "
+                                            "does not fit in memory")
+    monkeypatch.setattr(q.shutil, "which", lambda name: None)  # no C++ compiler: eager whatever the setting
+    for setting in ("auto", "on"):
+        with q.swapped(QWEN3_COMPILE=setting):
+            compiled, why = q.decode_step_compiled()
+            assert not compiled and "needs a C++ compiler (g++, clang++ or $CXX): none was found" in why
 
 
 @pytest.fixture
