@@ -18,8 +18,9 @@ Qwen3-0.6B figures, measured in the same runs. Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
 SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
 kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8 and int4, and (with --compile on,
-the default on CUDA) once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA replayed as a
-CUDA graph, in a "compiled" column of the decode rows (each shape compiled in an untimed run first). The kernels every load chose (each engine, each memory probe) are recorded in the report. Both bf16 and int8 also
+the default on CUDA) each of the three once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA
+replayed as a CUDA graph, in "compiled" columns of the decode rows (each shape compiled in an untimed run first).
+A batch-1 row after a 4,096-token prompt compares bf16 decoding (eager, compiled, llama.cpp) at a long context. The kernels every load chose (each engine, each memory probe) are recorded in the report. Both bf16 and int8 also
 decode three chat prompts at batch 1 with speculate=4 (prompt lookup, guess and check) against plain. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
@@ -70,6 +71,7 @@ def prompts(n_rows, n_tokens, vocab, seed=0):
     return torch.randint(0, vocab, (n_rows, n_tokens), generator=g).tolist()
 
 
+LONG_CONTEXT = 4096  # the long-context decode row: batch 1 after a prompt this long
 LOADS = []  # the kernels each load of the notebook chose, in the order of the loads
 
 
@@ -78,7 +80,8 @@ def engine(model_dir, device, **env):
     QWEN3_COMPILE=on (the "compiled" column): on CUDA, QWEN3_COMPILE=auto would compile every engine."""
     q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",),  # + the notebook's measures
                     **{"QWEN3_COMPILE": "off", **env})
-    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'none')}", "kernels": q.kernels_table()})
+    compiled = " compiled" if env.get("QWEN3_COMPILE") == "on" else ""  # calibrate() keeps the plain forms then
+    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'none')}{compiled}", "kernels": q.kernels_table()})
     q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
     return q
 
@@ -278,7 +281,7 @@ def llama_cpp_engines(model_dir, llama_dir, quick):
                     break
             return (new_tokens - 1) / (time.perf_counter() - first), first - t0
         return run
-    llms = {kind: llama_cpp.Llama(str(f), n_threads=torch.get_num_threads(), n_ctx=1024, verbose=False)
+    llms = {kind: llama_cpp.Llama(str(f), n_threads=torch.get_num_threads(), n_ctx=LONG_CONTEXT + 256, verbose=False)
             for kind, f in ggufs.items()}
     features = " ".join(part.split("=")[0].split(":")[-1].strip() for part in  # "CPU : SSE3 = 1 | AVX = 1 | ..."
                         llama_cpp.llama_print_system_info().decode().split("|") if part.strip().endswith("= 1"))
@@ -302,7 +305,8 @@ def dense_rows(a, device):
     q = engine(model_dir, device)
     q8 = engine(model_dir, device, QWEN3_QUANT="int8")
     q4 = engine(model_dir, device, QWEN3_QUANT="int4")
-    qc = engine(model_dir, device, QWEN3_COMPILE="on") if a.compile else None
+    qc = {f"notebook{w}_compiled": engine(model_dir, device, QWEN3_COMPILE="on", **env) for w, env in
+          [("", {}), ("_int8", {"QWEN3_QUANT": "int8"}), ("_int4", {"QWEN3_QUANT": "int4"})]} if a.compile else {}
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
@@ -315,7 +319,7 @@ def dense_rows(a, device):
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "notebook_int8": lambda rows, n: ours_decode(q8, rows, n),
                "notebook_int4": lambda rows, n: ours_decode(q4, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
-    compiled = {"notebook_compiled": lambda rows, n: ours_decode(qc, rows, n)} if qc else {}
+    compiled = {label: lambda rows, n, e=e: ours_decode(e, rows, n) for label, e in qc.items()}
     llama, llama_note = llama_cpp_engines(model_dir, a.llama_cpp, quick)
     print(f"llama.cpp rows: {llama_note if llama else 'skipped: ' + llama_note}", flush=True)
     for fn in llama.values():
@@ -323,10 +327,17 @@ def dense_rows(a, device):
     results = {}
     for batch, new in [(1, n1), (16, n16)]:
         rows = prompts(batch, 32, vocab, seed=batch)
-        if qc:
-            ours_decode(qc, rows, new)  # compiles this batch size and cache length (untimed); the runs reuse it
+        for e in qc.values():
+            ours_decode(e, rows, new)  # compiles this batch size and cache length (untimed); the runs reuse it
         results[f"decode_b{batch}"] = compare(f"decode tokens/s, batch {batch}, {new} new tokens",
                                               engines | compiled | (llama if batch == 1 else {}), rows, new, runs)
+    if not quick:  # batch 1 again after a 4,096-token prompt: attention reads 4,096 cached keys a step
+        rows, long_engines = prompts(1, LONG_CONTEXT, vocab, seed=7), {
+            k: f for k, f in (engines | compiled | llama).items() if k in ("notebook", "notebook_compiled", "llama_cpp_bf16")}
+        if "notebook_compiled" in compiled:
+            compiled["notebook_compiled"](rows, 8)  # compiles the long cache's shapes (untimed)
+        results["decode_b1_long"] = compare(f"decode tokens/s, batch 1 after a {LONG_CONTEXT}-token prompt, 32 new tokens",
+                                            long_engines, rows, 32, 2)
     sweep = {1: results["decode_b1"], 16: results["decode_b16"]} if not quick else {}
     for batch in tqdm((1, 4, 16, 64), desc="batch-size sweep", unit="batch size"):
         if batch not in sweep:
@@ -375,8 +386,10 @@ def dense_rows(a, device):
         "kv_bytes_per_token": q.kv_bytes_per_token(), "step_breakdown": {str(b): v for b, v in steps.items()},
         "memory": memory, "memory_new_tokens": new_tokens, "speculation": guess,
     }
-    if qc:
-        report["compile_seconds"] = {f"batch {k[0]}, cache {k[1]}": v for k, v in qc.COMPILE_SECONDS.items()}
+    if "decode_b1_long" in results:
+        report["decode_b1_long_tokens_per_s"], report["long_context"] = results["decode_b1_long"], LONG_CONTEXT
+    report["compile_seconds"] = {label: {f"batch {k[0]}, cache {k[1]}, {k[-1]} slots read": v
+                                         for k, v in e.COMPILE_SECONDS.items()} for label, e in qc.items()}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
@@ -533,8 +546,15 @@ def main():
                    if f"llama_cpp_{kind}" in b1})
     for b in (1, 16):
         speeds = report[f"decode_b{b}_tokens_per_s"]
-        if "notebook_compiled" in speeds:
-            ratios[f"compiled_vs_eager_decode_b{b}"] = speeds["notebook_compiled"] / speeds["notebook"]
+        ratios.update({f"{ours}compiled_vs_eager_decode_b{b}": speeds[f"notebook{w}_compiled"] / speeds[f"notebook{w}"]
+                       for ours, w in [("", ""), ("int8_", "_int8"), ("int4_", "_int4")] if f"notebook{w}_compiled" in speeds})
+    ratios.update({f"{ours}_compiled_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}_compiled"] / b1[f"llama_cpp_{kind}"]
+                   for ours, w, kind in [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]
+                   if f"llama_cpp_{kind}" in b1 and f"notebook{w}_compiled" in b1})
+    long = report.get("decode_b1_long_tokens_per_s", {})
+    ratios.update({f"{ours}_vs_llama_cpp_bf16_decode_b1_long": long[ours_key] / long["llama_cpp_bf16"]
+                   for ours, ours_key in [("bf16", "notebook"), ("bf16_compiled", "notebook_compiled")]
+                   if "llama_cpp_bf16" in long and ours_key in long})
     ratios.update({f"speculate4_b1_{w}": statistics.geometric_mean([r["ratio"] for r in report["speculation"][w].values()])
                    for w in ("bf16", "int8")})
     if "moe" in report:
@@ -567,8 +587,8 @@ def markdown(r):
         "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
         f"Kernels the notebook's calibration chose here: `{json.dumps(r['kernels'])}`; with int8 weights: "
         f"`{json.dumps(r['kernels_int8']['int8'])}`; with int4: `{json.dumps(r['kernels_int4']['int4'])}`. "
-        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].startswith(r['checkpoint'] + ' none')})} "
-        "distinct choice(s) over the bf16 loads of this run (all loads: `docs/benchmark.json`, `loads`).", "",
+        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].startswith(r['checkpoint'] + ' none') and 'compiled' not in x['load']})} "
+        "distinct choice(s) over the eager bf16 loads of this run (all loads: `docs/benchmark.json`, `loads`).", "",
         "| measurement | notebook bf16 | notebook int8 | notebook int4 | transformers | ratio bf16 | ratio int8 | ratio int4 |",
         "|---|---|---|---|---|---|---|---|",
         row(f"decode tokens/s, batch 1 ({r['new_tokens']['b1']} new tokens)", r["decode_b1_tokens_per_s"]),
@@ -588,15 +608,27 @@ def markdown(r):
     else:
         lines += ["", f"llama.cpp rows: {r.get('llama_cpp', 'skipped')}."]
     if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
-        lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step, with `mode=\"reduce-overhead\"` "
-                  "on CUDA, a CUDA graph), same weights and prompts; compile time, once per shape: "
-                  + "; ".join(f"{k}: {v:.0f} s" for k, v in r.get("compile_seconds", {}).items()) + ".", "",
-                  "| measurement | notebook eager | notebook compiled | compiled / eager | transformers |", "|---|---|---|---|---|"]
+        compiles = "; ".join(f"{label.split('_')[1] if label.count('_') > 1 else 'bf16'}: " + ", ".join(f"{k} {v:.0f} s" for k, v in c.items())
+                             for label, c in r.get("compile_seconds", {}).items())
+        lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step; on a CPU the weights frozen in, on "
+                  f"CUDA a CUDA graph), same weights and prompts, tokens/s, eager -> compiled; compile times: {compiles}.", "",
+                  "| measurement | bf16 | int8 | int4 | transformers | llama.cpp bf16 / q8_0 / q4_0 |",
+                  "|---|---|---|---|---|---|"]
         for b in (1, 16):
             v = r[f"decode_b{b}_tokens_per_s"]
-            lines.append(f"| decode tokens/s, batch {b} ({r['new_tokens'][f'b{b}']} new tokens) | {v['notebook']:.2f} | "
-                         f"{v['notebook_compiled']:.2f} | **{v['notebook_compiled'] / v['notebook']:.2f}x** | "
-                         f"{v['transformers']:.2f} |")
+            cell = lambda w: (f"{v[f'notebook{w}']:.2f} -> {v[f'notebook{w}_compiled']:.2f} "
+                              f"(**{v[f'notebook{w}_compiled'] / v[f'notebook{w}']:.2f}x**)")
+            llamas = " / ".join(f"{v[f'llama_cpp_{k}']:.2f}" for k in ("bf16", "q8_0", "q4_0") if f"llama_cpp_{k}" in v)
+            lines.append(f"| decode, batch {b} ({r['new_tokens'][f'b{b}']} new tokens) | {cell('')} | {cell('_int8')} | "
+                         f"{cell('_int4')} | {v['transformers']:.2f} | {llamas or '-'} |")
+        if "bf16_compiled_vs_llama_cpp_bf16_decode_b1" in r["ratios"]:
+            lines += ["", "Compiled against llama.cpp at batch 1: " + ", ".join(
+                f"{ours} vs {kind} **{r['ratios'][f'{ours}_compiled_vs_llama_cpp_{kind}_decode_b1']:.2f}x**"
+                for ours, kind in [("bf16", "bf16"), ("int8", "q8_0"), ("int4", "q4_0")]) + "."]
+    if "decode_b1_long_tokens_per_s" in r:
+        v = r["decode_b1_long_tokens_per_s"]
+        lines += ["", f"Batch 1 after a {r['long_context']:,}-token prompt (32 new tokens), tokens/s: "
+                  + ", ".join(f"{k.replace('notebook', 'notebook bf16')} {x:.2f}" for k, x in v.items()) + "."]
     lines += ["", f"| decode tokens/s by batch size ({r['new_tokens']['sweep']} new tokens; batch 1 and 16: the rows above) "
               "| notebook | transformers | ratio |",
               "|---|---|---|---|"]
