@@ -3,6 +3,8 @@ written in place, compiled with torch.compile under QWEN3_COMPILE=on. On the CPU
 mode; CUDA graphs need a GPU). Each compiled shape costs seconds of C++ compilation, so these tests compile three
 graphs in all: batch 1 greedy, batch 2 greedy, batch 2 sampled."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -56,6 +58,16 @@ def test_compiled_greedy_equals_eager_and_compiles_once(engine, compiled):
         assert compiled.generate(prompt, 24).tokens == engine().generate(prompt, 24).tokens
     assert graph_counts() == (graphs + 1, breaks)
     assert compiled.reusable_cache(1, 40).k[0].data_ptr() == compiled.reusable_cache(1, 100).k[0].data_ptr()
+
+
+def test_long_generations_get_a_cache_a_multiple_of_2048_slots(compiled):
+    """A power of two up to 2,048 slots, then multiples of 2,048: a 4,128-token generation reads at most 4,608 slots
+    (the quarter of a 6,144-slot cache that holds it), not 6,144 of an 8,192-slot one."""
+    longer = dataclasses.replace(compiled.config, max_position_embeddings=16384)
+    with compiled.swapped(config=longer):
+        sizes = [compiled.reusable_cache(1, n).max_len for n in (100, 2000, 2049, 4128, 6145)]
+    assert sizes == [128, 2048, 4096, 6144, 8192]
+    assert compiled.reusable_cache(1, 600).max_len == compiled.config.max_position_embeddings  # 1,024 > 512: clamped
 
 
 def test_compiled_left_padded_batch_equals_eager(engine, compiled):
