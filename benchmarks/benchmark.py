@@ -71,6 +71,7 @@ def prompts(n_rows, n_tokens, vocab, seed=0):
     return torch.randint(0, vocab, (n_rows, n_tokens), generator=g).tolist()
 
 
+WEIGHTS = [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]  # name, result key, llama.cpp's
 LONG_CONTEXT = 4096  # the long-context decode row: batch 1 after a prompt this long
 LOADS = []  # the kernels each load of the notebook chose, in the order of the loads
 
@@ -305,8 +306,8 @@ def dense_rows(a, device):
     q = engine(model_dir, device)
     q8 = engine(model_dir, device, QWEN3_QUANT="int8")
     q4 = engine(model_dir, device, QWEN3_QUANT="int4")
-    qc = {f"notebook{w}_compiled": engine(model_dir, device, QWEN3_COMPILE="on", **env) for w, env in
-          [("", {}), ("_int8", {"QWEN3_QUANT": "int8"}), ("_int4", {"QWEN3_QUANT": "int4"})]} if a.compile else {}
+    qc = {f"notebook{w}_compiled": engine(model_dir, device, QWEN3_COMPILE="on", **({"QWEN3_QUANT": name} if w else {}))
+          for name, w, _ in WEIGHTS} if a.compile else {}
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
@@ -388,8 +389,9 @@ def dense_rows(a, device):
     }
     if "decode_b1_long" in results:
         report["decode_b1_long_tokens_per_s"], report["long_context"] = results["decode_b1_long"], LONG_CONTEXT
-    report["compile_seconds"] = {label: {f"batch {k[0]}, cache {k[1]}, {k[-1]} slots read": v
-                                         for k, v in e.COMPILE_SECONDS.items()} for label, e in qc.items()}
+    report["compile_seconds"] = {name: {f"batch {k[0]}, cache {k[1]}, {k[-1]} slots read": v
+                                        for k, v in qc[f"notebook{w}_compiled"].COMPILE_SECONDS.items()}
+                                 for name, w, _ in WEIGHTS if f"notebook{w}_compiled" in qc}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
@@ -542,15 +544,14 @@ def main():
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
     b1 = report["decode_b1_tokens_per_s"]
     ratios.update({f"{ours}_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}"] / b1[f"llama_cpp_{kind}"]
-                   for ours, w, kind in [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]
-                   if f"llama_cpp_{kind}" in b1})
+                   for ours, w, kind in WEIGHTS if f"llama_cpp_{kind}" in b1})
     for b in (1, 16):
         speeds = report[f"decode_b{b}_tokens_per_s"]
-        ratios.update({f"{ours}compiled_vs_eager_decode_b{b}": speeds[f"notebook{w}_compiled"] / speeds[f"notebook{w}"]
-                       for ours, w in [("", ""), ("int8_", "_int8"), ("int4_", "_int4")] if f"notebook{w}_compiled" in speeds})
+        ratios.update({f"{w[1:] + '_' if w else ''}compiled_vs_eager_decode_b{b}":  # bf16: no prefix
+                       speeds[f"notebook{w}_compiled"] / speeds[f"notebook{w}"]
+                       for _, w, _ in WEIGHTS if f"notebook{w}_compiled" in speeds})
     ratios.update({f"{ours}_compiled_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}_compiled"] / b1[f"llama_cpp_{kind}"]
-                   for ours, w, kind in [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]
-                   if f"llama_cpp_{kind}" in b1 and f"notebook{w}_compiled" in b1})
+                   for ours, w, kind in WEIGHTS if f"llama_cpp_{kind}" in b1 and f"notebook{w}_compiled" in b1})
     long = report.get("decode_b1_long_tokens_per_s", {})
     ratios.update({f"{ours}_vs_llama_cpp_bf16_decode_b1_long": long[ours_key] / long["llama_cpp_bf16"]
                    for ours, ours_key in [("bf16", "notebook"), ("bf16_compiled", "notebook_compiled")]
@@ -608,8 +609,8 @@ def markdown(r):
     else:
         lines += ["", f"llama.cpp rows: {r.get('llama_cpp', 'skipped')}."]
     if "notebook_compiled" in r["decode_b1_tokens_per_s"]:
-        compiles = "; ".join(f"{label.split('_')[1] if label.count('_') > 1 else 'bf16'}: " + ", ".join(f"{k} {v:.0f} s" for k, v in c.items())
-                             for label, c in r.get("compile_seconds", {}).items())
+        compiles = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.0f} s" for k, v in c.items())
+                             for name, c in r.get("compile_seconds", {}).items())
         lines += ["", "The decode step compiled (`QWEN3_COMPILE=on`: the static step; on a CPU the weights frozen in, on "
                   f"CUDA a CUDA graph), same weights and prompts, tokens/s, eager -> compiled; compile times: {compiles}.", "",
                   "| measurement | bf16 | int8 | int4 | transformers | llama.cpp bf16 / q8_0 / q4_0 |",
@@ -618,13 +619,13 @@ def markdown(r):
             v = r[f"decode_b{b}_tokens_per_s"]
             cell = lambda w: (f"{v[f'notebook{w}']:.2f} -> {v[f'notebook{w}_compiled']:.2f} "
                               f"(**{v[f'notebook{w}_compiled'] / v[f'notebook{w}']:.2f}x**)")
-            llamas = " / ".join(f"{v[f'llama_cpp_{k}']:.2f}" for k in ("bf16", "q8_0", "q4_0") if f"llama_cpp_{k}" in v)
+            llamas = " / ".join(f"{v[f'llama_cpp_{k}']:.2f}" for _, _, k in WEIGHTS if f"llama_cpp_{k}" in v)
             lines.append(f"| decode, batch {b} ({r['new_tokens'][f'b{b}']} new tokens) | {cell('')} | {cell('_int8')} | "
                          f"{cell('_int4')} | {v['transformers']:.2f} | {llamas or '-'} |")
         if "bf16_compiled_vs_llama_cpp_bf16_decode_b1" in r["ratios"]:
             lines += ["", "Compiled against llama.cpp at batch 1: " + ", ".join(
                 f"{ours} vs {kind} **{r['ratios'][f'{ours}_compiled_vs_llama_cpp_{kind}_decode_b1']:.2f}x**"
-                for ours, kind in [("bf16", "bf16"), ("int8", "q8_0"), ("int4", "q4_0")]) + "."]
+                for ours, _, kind in WEIGHTS) + "."]
     if "decode_b1_long_tokens_per_s" in r:
         v = r["decode_b1_long_tokens_per_s"]
         lines += ["", f"Batch 1 after a {r['long_context']:,}-token prompt (32 new tokens), tokens/s: "

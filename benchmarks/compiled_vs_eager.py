@@ -54,7 +54,7 @@ def row(mode, quant, new_tokens, runs):
         first = time.perf_counter() - t0
         speeds = [ours_decode(q, prompts(1, 32, vocab, seed=s), new_tokens)[0] for s in range(1, runs + 1)]
     phases = {}
-    if mode != "eager":
+    if mode in ("compiled", "regional"):  # the rows that compile
         import torch._dynamo.utils
         names, values = torch._dynamo.utils.compile_times(repr="csv", aggregate=True)
         phases = dict(sorted(((n, float(v)) for n, v in zip(names, values)), key=lambda p: -p[1])[:8])
