@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import DENSE_VARIANTS, random_ids
+from conftest import DENSE_VARIANTS, TEST_DEVICE, random_ids
 
 
 @pytest.mark.parametrize("variant", sorted(DENSE_VARIANTS))
@@ -126,3 +126,38 @@ def test_generation_reports_timings(engine):
     result = engine().generate([[1, 2, 3]], 5)
     assert result.prefill_seconds > 0 and result.peak_memory_bytes > 0
     assert result.decode_tokens_per_second > 0 or len(result.tokens[0]) < 2
+
+
+def test_shards_that_hold_a_stacks_tensors_out_of_order(engine, reference, checkpoints, tmp_path):
+    """Loading stacks q_proj, k_proj, v_proj (and gate, up) by name, whatever files hold them: here k_proj
+    and up_proj of every layer lie in a file listed before the one with the rest (q, v and gate after)."""
+    import json
+    from safetensors.torch import load_file, save_file
+    source = checkpoints("tiny")
+    tensors = load_file(source / "model.safetensors")
+    first = {n: t for n, t in tensors.items() if n.endswith(("k_proj.weight", "up_proj.weight"))}
+    path = tmp_path / "out_of_order"
+    path.mkdir()
+    for f in source.iterdir():
+        if f.name != "model.safetensors":
+            (path / f.name).write_bytes(f.read_bytes())
+    save_file(first, path / "model-00001-of-00002.safetensors", metadata={"format": "pt"})
+    save_file({n: t for n, t in tensors.items() if n not in first}, path / "model-00002-of-00002.safetensors",
+              metadata={"format": "pt"})
+    weight_map = {n: f"model-0000{1 if n in first else 2}-of-00002.safetensors" for n in tensors}
+    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    from notebook_engine import load_engine
+    q = load_engine(path, device=TEST_DEVICE, dtype="float32", QWEN3_COMPILE="off")
+    ids = random_ids(2, 17, seed=9)
+    torch.testing.assert_close(q.forward(ids), reference()(ids.to(TEST_DEVICE)).logits, atol=1e-4, rtol=0)
+    layer = q.weights.layers[0]
+    assert torch.equal(layer.k_proj, tensors["model.layers.0.self_attn.k_proj.weight"].float().to(TEST_DEVICE))
+
+
+def test_a_layer_names_its_checkpoint_tensors_and_nothing_else(engine):
+    import copy
+    layer = engine().weights.layers[0]
+    assert layer.up_proj.shape == (engine().config.intermediate_size, engine().config.hidden_size)
+    with pytest.raises(AttributeError, match="no_such_tensor"):
+        layer.no_such_tensor  # a plain AttributeError (it used to recurse until RecursionError)
+    assert torch.equal(copy.deepcopy(layer).qkv_proj, layer.qkv_proj)
