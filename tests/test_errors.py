@@ -245,3 +245,16 @@ def test_config_without_model_type(broken):
     with pytest.raises(ValueError, match="has no model_type") as info:
         load_engine(broken)
     assert "'qwen3'" in str(info.value) and "'qwen3_moe'" in str(info.value)
+
+
+def test_decode_takes_id_lists_and_tensors_and_refuses_the_rest(engine):
+    q = engine()
+    ids = q.encode("Hello there")
+    assert q.decode(torch.tensor(ids)) == q.decode(ids) == q.decode(tuple(ids)) == "Hello there"
+    assert q.decode(q.greedy([ids], 3)[0]) == q.decode(q.greedy([ids], 3)[0].tolist())  # greedy's rows, as they are
+    for bad in (5, None, "abc", [1.5], torch.tensor([0.5])):
+        with pytest.raises(TypeError, match="decode takes a list of token ids"):
+            q.decode(bad)
+    for bad in ([-1], [q.config.vocab_size], [2**40]):
+        with pytest.raises(ValueError, match=f"outside the vocabulary 0..{q.config.vocab_size - 1}"):
+            q.decode(bad)
