@@ -86,6 +86,8 @@ def test_bad_setting_names_the_allowed_values(checkpoints, setting, value, allow
 def test_bad_settings(checkpoints):
     with pytest.raises(ValueError, match="QWEN3_DEVICE='gpu' is not a device"):
         load_engine(checkpoints("tiny"), device="gpu")
+    with pytest.raises(ValueError, match="QWEN3_DEVICE='cuda:abc' is not a device: use auto, cuda, cuda:N"):
+        load_engine(checkpoints("tiny"), device="cuda:abc")
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA build of torch"):
             load_engine(checkpoints("tiny"), device="cuda")
@@ -149,9 +151,9 @@ def test_bad_forward_and_cache_arguments(engine):
         q.make_cache(1, 100000)
     with pytest.raises(TypeError, match="list of dicts"):
         q.render_chat("hello")
-    with pytest.raises(TypeError, match="message 0 needs a 'role' and a 'content' string"):
+    with pytest.raises(TypeError, match=r"message 0 needs a 'role' \(system, user, assistant or tool\) and a 'content' string"):
         q.render_chat([{"role": "user"}])
-    with pytest.raises(TypeError, match="message 0 needs a 'role' and a 'content' string"):
+    with pytest.raises(TypeError, match=r"message 0 needs a 'role' \(system, user, assistant or tool\) and a 'content' string"):
         q.ChatSession().ask(None)
     with pytest.raises(TypeError, match="unknown argument"):
         q.chat("hi", temprature=0.5)
@@ -258,3 +260,39 @@ def test_decode_takes_id_lists_and_tensors_and_refuses_the_rest(engine):
     for bad in ([-1], [q.config.vocab_size], [2**40]):
         with pytest.raises(ValueError, match=f"outside the vocabulary 0..{q.config.vocab_size - 1}"):
             q.decode(bad)
+
+
+def test_malformed_calls_of_the_user_facing_functions_say_what_to_pass(engine):
+    """Each of these ended in an error from inside torch, jinja2 or Python's JSON reader (or, for unknown
+    roles, in a prompt that silently left the message out)."""
+    q = engine()
+    for bad in ([[1, 2], [3]], "abc", None, [["a", "b"]]):  # ragged, a string, nothing, strings
+        with pytest.raises(ValueError, match=r"token_ids must be a non-empty \(B, T\) integer tensor"):
+            q.forward(bad)
+    with pytest.raises(ValueError, match=r"cache must be make_cache\(1, max_len\)"):
+        q.forward([[1, 2]], {})
+    with pytest.raises(ValueError, match=r"cache must be make_cache\(2, max_len\)"):
+        q.forward([[1, 2], [3, 4]], q.make_cache(1, 8))
+    with pytest.raises(ValueError, match="a start_pos other than 0 needs the cache"):
+        q.forward([[1, 2]], start_pos=-1)
+    context = q.config.max_position_embeddings
+    for bad in (0, -1, 2.0, None, context - 2):
+        with pytest.raises(ValueError, match=rf"max_new_tokens must be an int in 1\.\.{context - 3} \(the "
+                                             r"context less the prompt's 3 tokens\)"):
+            q.greedy([[1, 2, 3]], bad)
+    assert q.greedy([[1, 2, 3]], 1).shape == (1, 1)
+    for bad in ([], None, (m for m in [{"role": "user", "content": "hi"}]), {"role": "user", "content": "hi"}):
+        with pytest.raises(TypeError, match="messages should be a non-empty list of dicts"):
+            q.render_chat(bad)
+    with pytest.raises(TypeError, match="messages should be a non-empty list of dicts"):
+        q.chat([])
+    with pytest.raises(TypeError, match=r"message 1 needs a 'role' \(system, user, assistant or tool\)"):
+        q.render_chat([{"role": "user", "content": "hi"}, {"role": "developer", "content": "be brief"}])
+    for context in ("4096", 0, 2.5):
+        with pytest.raises(ValueError, match=r"context \(the cache's first length in tokens; it grows\) an int"):
+            q.ChatSession(context=context)
+
+
+def test_yarn_factor_past_any_context_is_a_bad_setting(checkpoints):
+    with pytest.raises(ValueError, match=r"QWEN3_YARN_FACTOR='1e308' is not a valid setting: .* \(1, 1024\]"):
+        load_engine(checkpoints("tiny"), device="cpu", dtype="float32", QWEN3_YARN_FACTOR="1e308")

@@ -27,8 +27,8 @@ def cells():
 def part_of_each_cell():
     part, out = 0, []
     for c in cells():
-        heading = re.match(r"# Part (\d+) ·", "".join(c["source"])) if c["cell_type"] == "markdown" else None
-        part = int(heading.group(1)) if heading else part
+        headings = re.findall(r"^# Part (\d+) ·", "".join(c["source"]), re.M) if c["cell_type"] == "markdown" else []
+        part = int(headings[-1]) if headings else part  # the first cell opens with the reading guide, then Part 1
         out.append(part)
     return out
 
@@ -179,10 +179,12 @@ def test_the_engine_does_not_grow_back():
     """Issue 29's targets are 1,600 engine lines, at most 700 of them before the first real text (Parts 1, 2
     and 4; the family part does not count). Three cuts took it from 2,468 to 1,871 and from 1,138 to 694;
     this pins where it stands, with a little headroom, so that later work makes room by deleting (issue 32's
-    payback rule at load and the AVX2 packing check took 1,880 to 1,907; a review cut it to 1,892; decode's argument check, 1,898)."""
+    payback rule at load and the AVX2 packing check took 1,880 to 1,907; a review cut it to 1,892; decode's argument check, 1,898).
+    Until 2026-12-03 this count missed Part 1 (its heading shares the first cell with the reading guide), so
+    the pin sat 52 lines above the count; counted whole, with the bad-input checks of that day, 1,906."""
     lines = {p: sum(1 for source in engine_source(p) for line in source.splitlines() if line.strip())
              for p in range(1, 8)}
-    assert sum(lines.values()) <= 1898, lines
+    assert sum(lines.values()) <= 1906, lines
     assert lines[1] + lines[2] + lines[4] <= 700, lines
 
 

@@ -129,6 +129,22 @@ def test_tool_schema_refuses_what_it_cannot_describe(engine):
             q.render_chat([{"role": "user", "content": "hi"}], tools=[function])
 
 
+def test_tool_schema_refuses_arguments_a_call_cannot_name(engine):
+    """A tool is called as f(**arguments): *args, **kwargs and positional-only arguments cannot be named."""
+    q = engine()
+    doc = "Do something.\n\nArgs:\n    x: a thing\n    rest: more\n"
+    def star(x: int, *rest: int): ...
+    def double_star(x: int, **rest: int): ...
+    def positional(x: int, rest: int, /): ...
+    for function, shown in [(star, r"\*rest: int"), (double_star, r"\*\*rest: int"), (positional, "x: int")]:
+        function.__doc__ = doc
+        with pytest.raises(ValueError, match=f"{shown}: a tool's arguments are named, as f\\(\\*\\*arguments\\)"):
+            q.tool_schema(function)
+    for bad in ("get_weather", 3, None):
+        with pytest.raises(TypeError, match="tool_schema takes a Python function"):
+            q.tool_schema(bad)
+
+
 WEATHER_SCHEMA = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
@@ -201,6 +217,16 @@ def test_parse_tool_calls(engine):
         q.parse_tool_calls('<tool_call>\n{"arguments": {}}\n</tool_call>')
     with pytest.raises(ValueError, match="\"arguments\" should be a JSON object"):
         q.parse_tool_calls('<tool_call>\n{"name": "add", "arguments": [1, 2]}\n</tool_call>')
+    # what a model may write: nesting deeper than Python's JSON reader goes, an integer of 5,000 digits
+    for arguments in ["[" * 100_000 + "]" * 100_000, "1" * 5000]:
+        reply = f'<tool_call>\n{{"name": "add", "arguments": {{"a": {arguments}}}}}\n</tool_call>'
+        with pytest.raises(ValueError, match="is not valid JSON"):
+            q.parse_tool_calls(reply)
+        messages = q.run_tool_calls(reply, {"add": lambda a: a})  # in a chat: an error for the model to read
+        assert messages[1]["role"] == "tool" and "is not valid JSON" in messages[1]["content"]
+    for bad in (None, ["<tool_call>"], b"<tool_call>"):
+        with pytest.raises(TypeError, match=r"parse_tool_calls takes the reply's text \(a str\)"):
+            q.parse_tool_calls(bad)
 
 
 class Recorder:
