@@ -93,6 +93,14 @@ def test_bad_settings(checkpoints):
             load_engine(checkpoints("tiny"), device="cuda")
 
 
+def test_a_misspelt_setting_is_named_not_ignored(capsys):
+    load_engine(None, before="# Part 2", QWEN3_QAUNT="int8")  # the settings cells alone
+    out = capsys.readouterr().out
+    assert "QWEN3_QAUNT is not a setting of this notebook" in out and "QWEN3_QUANT" in out, out
+    load_engine(None, before="# Part 2")
+    assert "is not a setting" not in capsys.readouterr().out
+
+
 BAD_CALLS = [
     (dict(prompt_ids=[]), ValueError, "empty batch"),
     (dict(prompt_ids=[[1, 2], []]), ValueError, "prompt 1 is empty"),
