@@ -301,6 +301,31 @@ def test_malformed_calls_of_the_user_facing_functions_say_what_to_pass(engine):
             q.ChatSession(context=context)
 
 
+
+def test_caches_tokens_and_records_refuse_what_they_cannot_hold(engine):
+    """These ended in torch's own errors (a str kv_dtype, a stream of the wrong width), the tokenizer's, or
+    in no error at all: padding past the cache or fractional padding ran the model on the wrong slots."""
+    q = engine()
+    with pytest.raises(TypeError, match=r"kv_dtype must be a torch dtype \(torch\.float32, say\) or None"):
+        q.make_cache(1, 16, kv_dtype="bfloat16")
+    cache = q.make_cache(2, 16)
+    for bad in ([20, 0], [1], [1.5, 0], [-1, 0], [0, True]):
+        with pytest.raises(ValueError, match=r"set_padding takes 2 ints \(one per row\) in 0\.\.15"):
+            cache.set_padding(bad)
+    cache.set_padding([1, 0])  # row 0's first slot is padding: row 0 computes as its tokens alone do
+    torch.testing.assert_close(q.forward([[0, 5, 6], [4, 5, 6]], cache)[0, 1:], q.forward([[5, 6]])[0],
+                               atol=1e-4, rtol=1e-4)
+    D = q.config.hidden_size
+    for bad in (torch.zeros(3, D + 1), [0.0] * D, None):
+        with pytest.raises(ValueError, match=rf"logit_lens takes a residual stream \(\.\.\., {D}\)"):
+            q.logit_lens(bad)
+    assert q.logit_lens(torch.zeros(3, D)).shape == (3, q.config.vocab_size)
+    for bad in (None, 5, ["a"]):
+        with pytest.raises(TypeError, match="encode takes a str"):
+            q.encode(bad)
+    with pytest.raises(ValueError, match="min_bytes must be a number of bytes >= 0"):
+        q.calibrate("big")
+
 def test_yarn_factor_past_any_context_is_a_bad_setting(checkpoints):
     with pytest.raises(ValueError, match=r"QWEN3_YARN_FACTOR='1e308' is not a valid setting: .* \(1, 1024\]"):
         load_engine(checkpoints("tiny"), device="cpu", dtype="float32", QWEN3_YARN_FACTOR="1e308")
