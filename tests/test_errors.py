@@ -40,6 +40,9 @@ def test_missing_checkpoint_says_how_to_download(tmp_path):
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 4.0}), ValueError, r"RoPE scaling of type 'dynamic'"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": "4"}), ValueError, r"YaRN's 'factor' should be a positive number"),
     (dict(head_dim=16), ValueError, r"model\.layers\.0\.self_attn\.\w+\.weight has shape \(\d+,.*config\.json implies"),
+    (dict(rope_theta=0), ValueError, r"rope_theta should be a number > 0 and rms_norm_eps one in \[0, 1\)"),  # ran: NaN
+    (dict(rope_theta=float("nan")), ValueError, r"rope_theta should be a number > 0"),
+    (dict(rms_norm_eps=-1.0), ValueError, r"rms_norm_eps one in \[0, 1\).*got 1000000\S* and -1\.0"),
 ])
 def test_bad_config(broken, change, error, message):
     edit_config(broken, **change)
@@ -329,3 +332,34 @@ def test_caches_tokens_and_records_refuse_what_they_cannot_hold(engine):
 def test_yarn_factor_past_any_context_is_a_bad_setting(checkpoints):
     with pytest.raises(ValueError, match=r"QWEN3_YARN_FACTOR='1e308' is not a valid setting: .* \(1, 1024\]"):
         load_engine(checkpoints("tiny"), device="cpu", dtype="float32", QWEN3_YARN_FACTOR="1e308")
+
+
+def test_bad_input_that_ended_deep_in_a_library_or_in_a_wrong_result(engine, tmp_path):
+    """Each of these ended in an error from inside torch, json or Python (an int KV cache failed in forward's
+    products; choices not written as JSON, in json's decoder), or in a wrong number (trace_bytes(-1, 5) < 0)."""
+    q = engine()
+    for bad in (torch.int8, torch.long, torch.bool):
+        with pytest.raises(TypeError, match="kv_dtype must be a torch dtype .* a floating-point one, got torch"):
+            q.make_cache(1, 8, kv_dtype=bad)
+    for bad in (1, None):
+        with pytest.raises(ValueError, match=r"set_padding takes 2 ints \(one per row\)"):
+            q.make_cache(2, 8).set_padding(bad)
+    for B, T in ((-1, 5), (2.5, 3), ("2", 3), (1, None)):
+        with pytest.raises(ValueError, match="trace_bytes takes B prompts and T tokens, ints >= 1"):
+            q.trace_bytes(B, T)
+    with pytest.raises(TypeError, match="messages should be a non-empty list of dicts.*got None"):
+        q.ChatSession().respond(None, 4, stream=False)
+    for choices in ("celsius, fahrenheit", "5", '{"a": 1}'):
+        def get_temperature(unit: str):
+            return unit
+        get_temperature.__doc__ = f"Get the temperature.\n\nArgs:\n    unit: the unit (choices: {choices})"
+        with pytest.raises(ValueError, match=r"argument 'unit': write its choices as a JSON list, as in \(choices: \["):
+            q.tool_schema(get_temperature)
+
+
+@pytest.mark.parametrize("template", ["{% if %}", 5])
+def test_chat_template_that_does_not_parse(broken, template):
+    config = json.loads((broken / "tokenizer_config.json").read_text())
+    (broken / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    with pytest.raises(ValueError, match="its chat template does not parse .*: fix it or download it"):
+        load_engine(broken)
