@@ -43,6 +43,8 @@ def test_missing_checkpoint_says_how_to_download(tmp_path):
     (dict(rope_theta=0), ValueError, r"rope_theta should be a number > 0 and rms_norm_eps one in \[0, 1\)"),  # ran: NaN
     (dict(rope_theta=float("nan")), ValueError, r"rope_theta should be a number > 0"),
     (dict(rms_norm_eps=-1.0), ValueError, r"rms_norm_eps one in \[0, 1\).*got 1000000\S* and -1\.0"),
+    (dict(num_hidden_layers=1), ValueError, r"holds model\.layers\.1\.input_layernorm\.weight, past config\.json's "
+                                            r"num_hidden_layers=1: correct it"),  # it ran 1 of 3 layers
 ])
 def test_bad_config(broken, change, error, message):
     edit_config(broken, **change)
