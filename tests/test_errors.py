@@ -291,9 +291,11 @@ def test_malformed_calls_of_the_user_facing_functions_say_what_to_pass(engine):
     context = q.config.max_position_embeddings
     for bad in (0, -1, 2.0, None, context - 2):
         with pytest.raises(ValueError, match=rf"max_new_tokens must be an int in 1\.\.{context - 3} \(the "
-                                             r"context less the prompt's 3 tokens\)"):
+                                             r"context less the prompt's 3 tokens; below 1, shorten the prompt\)"):
             q.greedy([[1, 2, 3]], bad)
     assert q.greedy([[1, 2, 3]], 1).shape == (1, 1)
+    with pytest.raises(ValueError, match=r"in 1\.\.-1 \(.*below 1, shorten the prompt"):  # the prompt fills it
+        q.greedy([[1] * (context + 1)], 1)
     for bad in ([], None, (m for m in [{"role": "user", "content": "hi"}]), {"role": "user", "content": "hi"}):
         with pytest.raises(TypeError, match="messages should be a non-empty list of dicts"):
             q.render_chat(bad)
