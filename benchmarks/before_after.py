@@ -5,8 +5,8 @@
 
 benchmark.py compares the notebook with transformers and llama.cpp; this compares the notebook with itself
 (the version at git revision --before against the working tree), on the random checkpoint of the exact
-Qwen3-0.6B shape that benchmark.py builds (.cache/), both engines loaded as a reader's would be (bf16, the
-kernels their own calibration picks; eager decoding), stop ids disabled. It prints each measurement's
+Qwen3-0.6B shape that benchmark.py builds (.cache/), both engines loaded as a reader's would be
+(QWEN3_DTYPE=auto unless --dtype says otherwise, each version's own choices; eager decoding), stop ids disabled. It prints each measurement's
 medians and the speed ratio after / before (above 1: the change is faster)."""
 
 import argparse
@@ -24,9 +24,9 @@ import torch  # noqa: E402
 from notebook_engine import NOTEBOOK, load_engine  # noqa: E402
 
 
-def engine(notebook, checkpoint, quant):
+def engine(notebook, checkpoint, quant, dtype):
     """The notebook's engine on the checkpoint, as a reader would load it; stop ids off (fixed lengths)."""
-    q = load_engine(checkpoint, dtype="bfloat16", notebook=notebook, QWEN3_QUANT=quant, QWEN3_COMPILE="off")
+    q = load_engine(checkpoint, dtype=dtype, notebook=notebook, QWEN3_QUANT=quant, QWEN3_COMPILE="off")
     q.config = dataclasses.replace(q.config, stop_ids=())
     return q
 
@@ -36,14 +36,17 @@ def main():
     p.add_argument("--before", required=True, help="git revision of the notebook to compare with")
     p.add_argument("--quant", choices=["none", "int8", "int4"], default="none")
     p.add_argument("--runs", type=int, default=3, help="alternating runs per measurement (medians)")
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                   help="QWEN3_DTYPE of both engines (auto: what each version picks for a reader)")
     a = p.parse_args()
     checkpoint = make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
     old = subprocess.run(["git", "show", f"{a.before}:qwen3_from_scratch.ipynb"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "before.ipynb").write_text(old, encoding="utf-8")
-        engines = {"before": engine(Path(tmp) / "before.ipynb", checkpoint, a.quant),
-                   "after": engine(NOTEBOOK, checkpoint, a.quant)}
+        engines = {"before": engine(Path(tmp) / "before.ipynb", checkpoint, a.quant, a.dtype),
+                   "after": engine(NOTEBOOK, checkpoint, a.quant, a.dtype)}
+    print({name: str(q.dtype) for name, q in engines.items()})
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 150000, (16, 512), generator=g).tolist()
     long = torch.randint(0, 150000, (1, 4096), generator=g).tolist()
@@ -60,7 +63,7 @@ def main():
                 results[w, e].append(run(engines[e]))
     for w in work:
         before, after = (statistics.median(results[w, e]) for e in ("before", "after"))
-        print(f"{a.quant} {w}: before {before:.2f}, after {after:.2f}, after / before {after / before:.3f}")
+        print(f"{a.quant} {a.dtype} {w}: before {before:.2f}, after {after:.2f}, after / before {after / before:.3f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python3 benchmarks/benchmark.py            # full run (25+ minutes on 2 CPU cores)
     python3 benchmarks/benchmark.py --quick    # a smoke run on tiny models (seconds)
     python3 benchmarks/benchmark.py --no-moe   # without the mixture-of-experts rows
-    python3 benchmarks/benchmark.py --loads 5  # only: the kernels chosen by 5 fresh loads (same on each?)
+    python3 benchmarks/benchmark.py --dtype bfloat16   # the notebook in bf16 (default auto: what a reader gets)
     python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
     python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
     python3 benchmarks/benchmark.py --only-speculation  # only speculate=4 vs plain (a few minutes)
@@ -16,11 +16,13 @@ exact Qwen3.5-0.8B text-model shapes (built once), where transformers runs its p
 DeltaNet (flash-linear-attention is a GPU package), so the notebook is also compared with its own
 Qwen3-0.6B figures, measured in the same runs. Both engines decode greedily
 with stop ids disabled, so they produce the same number of tokens; transformers uses its default
-SDPA attention, in bf16. The notebook runs as it would for a reader (QWEN3_DTYPE=bfloat16, the
-kernels its calibration picks on this machine), once more with QWEN3_QUANT=int8 and int4, and (with --compile on,
+SDPA attention, in the notebook's dtype. The notebook runs as it would for a reader (QWEN3_DTYPE=auto unless
+--dtype says otherwise: bf16 where the device multiplies it natively, else float32; each kind of weight's own
+product), once more with QWEN3_QUANT=int8 and int4, and (with --compile on,
 the default on CUDA) each of the three once more with QWEN3_COMPILE=on: the static decode step compiled, on CUDA
 replayed as a CUDA graph, in "compiled" columns of the decode rows (each shape compiled in an untimed run first).
-A batch-1 row after a 4,096-token prompt compares bf16 decoding (eager, compiled, llama.cpp) at a long context. The kernels every load chose (each engine, each memory probe) are recorded in the report. Both bf16 and int8 also
+A batch-1 row after a 4,096-token prompt compares unquantized decoding (eager, compiled, llama.cpp) at a long context.
+The kind of weight every load made (each engine, each memory probe) is recorded in the report. Both unquantized and int8 also
 decode three chat prompts at batch 1 with speculate=4 (prompt lookup, guess and check) against plain. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
 prints the ratios (notebook / transformers) on its last line.
@@ -50,8 +52,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from notebook_engine import load_engine  # noqa: E402
 
 CHAT_QUESTIONS = ["What is the capital of France?", "Write a haiku about tensors.", "Count from 1 to 10."]
-LLAMA_CPP = ("llama.cpp on the AMD EPYC with avx512_bf16 (2 threads), same random Qwen3-0.6B weights: "
-             "22.0 tokens/s at batch 1 from a bf16 GGUF, 31.5 tokens/s from q8_0")
+DTYPE = "auto"  # the notebook's QWEN3_DTYPE (--dtype); transformers runs in the dtype the notebook resolved it to
 
 
 def checkpoint_dir(size):
@@ -73,16 +74,24 @@ def prompts(n_rows, n_tokens, vocab, seed=0):
 
 WEIGHTS = [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]  # name, result key, llama.cpp's
 LONG_CONTEXT = 4096  # the long-context decode row: batch 1 after a prompt this long
-LOADS = []  # the kernels each load of the notebook chose, in the order of the loads
+LOADS = []  # the kind of weight each load of the notebook made, in the order of the loads
+
+
+def weights_kind(q):
+    """What a load made of its layer matrices: the class, its dtype or layout (the rule's choice, not a timing)."""
+    w = q.weights.layers[0].qkv_proj
+    how = {"Int4Weight": lambda: w.layout, "Int8Weight": lambda: "fused" if q.FUSED_INT8 else "tiles"}.get(
+        type(w).__name__, lambda: str(q.dtype)[6:])()
+    return f"{type(w).__name__} ({how})"
 
 
 def engine(model_dir, device, **env):
     """The notebook loaded as a reader would, except that the decode step is eager unless env says
     QWEN3_COMPILE=on (the "compiled" column): on CUDA, QWEN3_COMPILE=auto would compile every engine."""
-    q = load_engine(model_dir, device=device, dtype="bfloat16", tags=("plots",),  # + the notebook's measures
+    q = load_engine(model_dir, device=device, dtype=DTYPE, tags=("plots",),  # + the notebook's measures
                     **{"QWEN3_COMPILE": "off", **env})
-    compiled = " compiled" if env.get("QWEN3_COMPILE") == "on" else ""  # calibrate() keeps the plain forms then
-    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'none')}{compiled}", "kernels": q.kernels_table()})
+    compiled = " compiled" if env.get("QWEN3_COMPILE") == "on" else ""
+    LOADS.append({"load": f"{model_dir.name} {env.get('QWEN3_QUANT', 'none')}{compiled}", "weights": weights_kind(q)})
     q.config = dataclasses.replace(q.config, stop_ids=())  # EOS disabled: fixed-length generations
     return q
 
@@ -183,59 +192,32 @@ def memory_probe(model_dir, device_name, prompt_len, new_tokens, quant):
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
     base = status("VmRSS")
-    q = load_engine(model_dir, device=device_name, dtype="bfloat16", QWEN3_QUANT=quant)
+    q = load_engine(model_dir, device=device_name, dtype=DTYPE, QWEN3_QUANT=quant)
     q.config = dataclasses.replace(q.config, stop_ids=())
     q.generate(prompts(1, prompt_len, q.tokenizer.get_vocab_size()), new_tokens)
     peak = status("VmHWM")
     cuda_peak = torch.cuda.max_memory_allocated() if q.device.type == "cuda" else None
-    return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base, "kernels": q.kernels_table(),
+    return {"rss_after_import_torch": base, "peak_rss": peak, "rss_growth": peak - base, "weights": weights_kind(q),
             "cuda_peak_allocated": cuda_peak, "kv_cache_bytes": (prompt_len + new_tokens) * q.kv_bytes_per_token(),
             "weight_bytes": q.stored_bytes()}
 
 
 def run_memory_probe(model_dir, device, new_tokens, quant):
     probe = subprocess.run([sys.executable, __file__, "--memory-probe", str(model_dir), device, "32",
-                            str(new_tokens), quant], capture_output=True, text=True)
+                            str(new_tokens), quant, DTYPE], capture_output=True, text=True)
     if probe.returncode:
         sys.exit(f"memory probe failed:\n{probe.stderr[-3000:]}")
     memory = json.loads(probe.stdout.strip().splitlines()[-1])
     memory["checkpoint_file_bytes"] = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
     memory["budget_bytes"] = memory["checkpoint_file_bytes"] + memory["kv_cache_bytes"] + 300 * 2 ** 20
-    LOADS.append({"load": f"{Path(model_dir).name} {quant} (memory probe)", "kernels": memory["kernels"]})
+    LOADS.append({"load": f"{Path(model_dir).name} {quant} (memory probe)", "weights": memory["weights"]})
     return memory
 
 
-def kernels_probe(model_dir, device_name, quant):
-    """Run in a separate process: load the notebook (calibration included); its kernels and the machine."""
-    q = load_engine(model_dir, device=device_name, dtype="bfloat16", QWEN3_QUANT=quant)
-    return {"kernels": q.kernels_table(), "machine": q.machine_name()}
-
-
-def same_kernels_on_every_load(a):
-    """--loads N: N fresh processes load the checkpoint; prints and saves the kernels each chose."""
-    model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
-    tables, machine = [], None
-    for i in range(a.loads):
-        probe = subprocess.run([sys.executable, __file__, "--kernels-probe", str(model_dir), a.device, a.quant],
-                               capture_output=True, text=True)
-        if probe.returncode:
-            sys.exit(f"kernels probe failed:\n{probe.stderr[-3000:]}")
-        loaded = json.loads(probe.stdout.strip().splitlines()[-1])
-        tables.append(loaded["kernels"])
-        machine = loaded["machine"]
-        print(f"load {i + 1}: {json.dumps(tables[-1])}", flush=True)
-    distinct = [json.loads(t) for t in sorted({json.dumps(t, sort_keys=True) for t in tables})]
-    report = {"checkpoint": model_dir.name, "quant": a.quant, "loads": tables, "distinct": len(distinct),
-              "machine": machine}
-    out = Path(a.out) / f"kernels_per_load{'-quick' if a.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{a.loads} loads of {model_dir.name} ({a.quant}): {len(distinct)} distinct kernel choice(s); wrote {out}")
-
-
-def llama_cpp_engines(model_dir, llama_dir, quick):
+def llama_cpp_engines(model_dir, llama_dir, quick, float32=False):
     """({label: fn(rows, new_tokens) -> (tokens/s, prefill seconds)} for llama.cpp's bf16 / q8_0 / q4_0 GGUFs of
-    model_dir, made by llama.cpp's own converter and quantizer (cached in .cache/gguf/), or {}; and why not."""
+    model_dir (and f32, for a notebook in float32), made by llama.cpp's own converter and quantizer (cached in
+    .cache/gguf/), or {}; and why not."""
     try:
         import llama_cpp
     except ImportError:
@@ -247,7 +229,7 @@ def llama_cpp_engines(model_dir, llama_dir, quick):
     if quick:
         return {}, "--quick: tiny models"
     out = ROOT / ".cache" / "gguf" / model_dir.name
-    ggufs = {kind: out / f"{kind}.gguf" for kind in ("bf16", "q8_0", "q4_0")}
+    ggufs = {kind: out / f"{kind}.gguf" for kind in ("bf16", "q8_0", "q4_0", *(("f32",) if float32 else ()))}
     made_after = max(f.stat().st_mtime for f in model_dir.iterdir())  # a rebuilt checkpoint: new GGUFs
     if not all(f.exists() and f.stat().st_mtime > made_after for f in ggufs.values()):
         # the random checkpoints carry a small test tokenizer that the converter does not know: it gets the real
@@ -261,7 +243,7 @@ def llama_cpp_engines(model_dir, llama_dir, quick):
                 (staged / f.name).symlink_to(f.resolve())
         build_real_tokenizer(staged)
         env = {**os.environ, "PYTHONPATH": str(converter.parent / "gguf-py")}
-        for kind in ("bf16", "q8_0"):
+        for kind in [k for k in ggufs if k != "q4_0"]:
             made = subprocess.run([sys.executable, str(converter), str(staged), "--outtype", kind, "--outfile",
                                    str(ggufs[kind])], capture_output=True, text=True, env=env)
             if made.returncode:
@@ -309,7 +291,7 @@ def dense_rows(a, device):
     qc = {f"notebook{w}_compiled": engine(model_dir, device, QWEN3_COMPILE="on", **({"QWEN3_QUANT": name} if w else {}))
           for name, w, _ in WEIGHTS} if a.compile else {}
     device = q.device
-    hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(device).eval()
+    hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=q.dtype, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
     print(f"device {device}, {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
     for fn in (lambda: ours_decode(q, prompts(1, 32, vocab), 4), lambda: ours_decode(q8, prompts(1, 32, vocab), 4),
@@ -321,7 +303,7 @@ def dense_rows(a, device):
                "notebook_int4": lambda rows, n: ours_decode(q4, rows, n),
                "transformers": lambda rows, n: hf_decode(hf, rows, n, device)}
     compiled = {label: lambda rows, n, e=e: ours_decode(e, rows, n) for label, e in qc.items()}
-    llama, llama_note = llama_cpp_engines(model_dir, a.llama_cpp, quick)
+    llama, llama_note = llama_cpp_engines(model_dir, a.llama_cpp, quick, float32=q.dtype == torch.float32)
     print(f"llama.cpp rows: {llama_note if llama else 'skipped: ' + llama_note}", flush=True)
     for fn in llama.values():
         fn(prompts(1, 32, vocab), 4)  # warm-up
@@ -334,7 +316,8 @@ def dense_rows(a, device):
                                               engines | compiled | (llama if batch == 1 else {}), rows, new, runs)
     if not quick:  # batch 1 again after a 4,096-token prompt: attention reads 4,096 cached keys a step
         rows, long_engines = prompts(1, LONG_CONTEXT, vocab, seed=7), {
-            k: f for k, f in (engines | compiled | llama).items() if k in ("notebook", "notebook_compiled", "llama_cpp_bf16")}
+            k: f for k, f in (engines | compiled | llama).items()
+            if k in ("notebook", "notebook_compiled", "llama_cpp_bf16", "llama_cpp_f32")}
         if "notebook_compiled" in compiled:
             compiled["notebook_compiled"](rows, 8)  # compiles the long cache's shapes (untimed)
         results["decode_b1_long"] = compare(f"decode tokens/s, batch 1 after a {LONG_CONTEXT}-token prompt, 32 new tokens",
@@ -373,7 +356,8 @@ def dense_rows(a, device):
     new_tokens = 64 if quick else 512
     memory = {quant: run_memory_probe(model_dir, a.device, new_tokens, quant) for quant in ("none", "int8", "int4")}
     report = {
-        "checkpoint": model_dir.name, "kernels": q.kernels_table(), "kernels_int8": q8.kernels_table(), "kernels_int4": q4.kernels_table(),
+        "checkpoint": model_dir.name, "dtype": str(q.dtype)[6:], "weights": weights_kind(q), "weights_int8": weights_kind(q8),
+        "weights_int4": weights_kind(q4),
         "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "quick": quick},
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
@@ -405,7 +389,7 @@ def moe_rows(a, device):
     model_dir = checkpoint_dir("tiny-moe" if quick else "30B-A3B-4layers")
     n1, n16, n_prefill, runs = (8, 4, 32, 1) if quick else (64, 16, 512, a.runs)
     q = engine(model_dir, device)
-    hf = Qwen3MoeForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
+    hf = Qwen3MoeForCausalLM.from_pretrained(model_dir, dtype=q.dtype, attn_implementation="sdpa").to(q.device).eval()
     vocab = q.tokenizer.get_vocab_size()
     ours_decode(q, prompts(1, 32, vocab), 4)
     hf_decode(hf, prompts(1, 32, vocab), 4, q.device)
@@ -424,7 +408,7 @@ def moe_rows(a, device):
         share = {"step_ms": step_ms, "moe_blocks_ms": moe_ms}
     total = q.stored_bytes()
     return {"checkpoint": model_dir.name, "layers": q.config.num_hidden_layers, "experts": q.config.num_experts,
-            "experts_per_token": q.config.num_experts_per_tok, "kernels": q.kernels_table(),
+            "experts_per_token": q.config.num_experts_per_tok, "weights": weights_kind(q),
             "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
             "prefill_seconds": results["prefill_seconds"], "prefill_tokens": n_prefill,
             "new_tokens": {"b1": n1, "b16": n16}, "weight_bytes_total": total,
@@ -440,7 +424,7 @@ def qwen35_rows(a, device, q3=None):
     model_dir, qwen3_dir = checkpoint_dir("tiny-qwen3.5" if quick else "qwen3.5-0.8B"), checkpoint_dir("tiny" if quick else "0.6B")
     n1, n_prefill, runs = (8, 64, 1) if quick else (64, 512, a.runs)
     q, q3 = engine(model_dir, device), q3 or engine(qwen3_dir, device)
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").to(q.device).eval()
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=q.dtype, attn_implementation="sdpa").to(q.device).eval()
     vocab = min(q.tokenizer.get_vocab_size(), q3.tokenizer.get_vocab_size())
     engines = {"notebook": lambda rows, n: ours_decode(q, rows, n), "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device),
                "notebook_qwen3": lambda rows, n: ours_decode(q3, rows, n)}
@@ -449,7 +433,7 @@ def qwen35_rows(a, device, q3=None):
     decode = compare(f"Qwen3.5 decode tokens/s, batch 1, {n1} new tokens", engines, prompts(1, 32, vocab, seed=1), n1, runs)
     prefill = compare(f"Qwen3.5 prefill seconds, {n_prefill}-token prompt", engines, prompts(1, n_prefill, vocab, seed=7), 2,
                       runs, index=1)
-    return {"checkpoint": model_dir.name, "qwen3_checkpoint": qwen3_dir.name, "kernels": q.kernels_table(),
+    return {"checkpoint": model_dir.name, "qwen3_checkpoint": qwen3_dir.name, "weights": weights_kind(q),
             "machine": {"name": q.machine_name(), "device": str(q.device), "threads": torch.get_num_threads(),
                         "torch": torch.__version__, "quick": quick},
             "decode_b1_tokens_per_s": decode, "prefill_seconds": prefill, "prefill_tokens": n_prefill, "new_tokens": n1,
@@ -461,7 +445,7 @@ def qwen35_rows(a, device, q3=None):
 def qwen35_markdown(e):
     d, p = e["decode_b1_tokens_per_s"], e["prefill_seconds"]
     return "\n".join([
-        f"## Qwen3.5: `{e['checkpoint']}` (random weights, bf16) on {e['machine']['name']}", "",
+        f"## Qwen3.5: `{e['checkpoint']}` (random weights) on {e['machine']['name']}", "",
         "transformers runs its pure-PyTorch Gated DeltaNet here (flash-linear-attention is a GPU package), so the "
         f"notebook's own Qwen3-0.6B (`{e['qwen3_checkpoint']}`), measured in the same alternating runs, is the other "
         "reference. Higher is better except for seconds.", "",
@@ -473,7 +457,7 @@ def qwen35_markdown(e):
         f"**{p['transformers'] / p['notebook']:.2f}x** | {p['notebook_qwen3']:.2f} | {p['notebook_qwen3'] / p['notebook']:.2f}x |", "",
         f"Weights held: {e['weight_bytes'] / 1e9:.2f} GB (Qwen3-0.6B: {e['qwen3_weight_bytes'] / 1e9:.2f} GB). Cache: "
         f"{e['kv_bytes_per_token'] / 1024:.0f} KiB per token plus a fixed {e['state_bytes'] / 2**20:.1f} MiB per sequence "
-        f"(Qwen3-0.6B: {e['qwen3_kv_bytes_per_token'] / 1024:.0f} KiB per token). Kernels: `{json.dumps(e['kernels'])}`."]) + "\n"
+        f"(Qwen3-0.6B: {e['qwen3_kv_bytes_per_token'] / 1024:.0f} KiB per token). Weights: {e['weights']}."]) + "\n"
 
 
 def main():
@@ -487,25 +471,21 @@ def main():
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="also time the compiled decode step (QWEN3_COMPILE=on); auto: on CUDA only")
     p.add_argument("--out", default=str(ROOT / "docs"))
-    p.add_argument("--loads", type=int, default=0, help="only check that N fresh loads choose the same kernels")
-    p.add_argument("--quant", default="none", choices=["none", "int8", "int4"], help="the weights for --loads")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="the notebook's QWEN3_DTYPE (auto: as a reader gets it); transformers runs in the same dtype")
     p.add_argument("--speculate-tokens", type=int, default=128, help="new tokens per speculate=4 vs plain run")
     p.add_argument("--only-speculation", action="store_true",
                    help="only the speculate=4 vs plain rows, on the dense model (prints them; writes nothing)")
     p.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"), metavar="DIR",
                    help="a llama.cpp source tree (convert_hf_to_gguf.py): with llama-cpp-python installed, adds llama.cpp "
                         "bf16 / q8_0 / q4_0 columns to the batch-1 decode row (default: $LLAMA_CPP_DIR)")
-    p.add_argument("--memory-probe", nargs=5, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT"), help=argparse.SUPPRESS)
-    p.add_argument("--kernels-probe", nargs=3, metavar=("DIR", "DEVICE", "QUANT"), help=argparse.SUPPRESS)
+    p.add_argument("--memory-probe", nargs=6, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT", "DTYPE"),
+                   help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.kernels_probe:
-        print(json.dumps(kernels_probe(*a.kernels_probe)))
-        return
-    if a.loads:
-        same_kernels_on_every_load(a)
-        return
+    global DTYPE
+    DTYPE = a.memory_probe[5] if a.memory_probe else a.dtype
     if a.memory_probe:
-        d, dev, n_prompt, n_new, quant = a.memory_probe
+        d, dev, n_prompt, n_new, quant, _ = a.memory_probe
         print(json.dumps(memory_probe(d, dev, int(n_prompt), int(n_new), quant)))
         return
     torch.set_grad_enabled(False)
@@ -532,7 +512,6 @@ def main():
         report["moe"] = moe_rows(a, a.device)
     if not a.no_qwen35:
         report["qwen35"] = qwen35_rows(a, a.device, dense)
-    report["llama_cpp_reference"] = LLAMA_CPP
     report["loads"] = LOADS
     ratio = lambda v: v["notebook"] / v["transformers"]
     ratios = {"decode_b1": ratio(report["decode_b1_tokens_per_s"]), "decode_b16": ratio(report["decode_b16_tokens_per_s"]),
@@ -543,19 +522,20 @@ def main():
               "b1_vs_roofline": report["decode_b1_tokens_per_s"]["notebook"] / report["roofline_b1_tokens_per_s"],
               **{f"sweep_b{b}": ratio(v) for b, v in report["sweep_tokens_per_s"].items()}}
     b1 = report["decode_b1_tokens_per_s"]
+    pairs = WEIGHTS + ([("f32", "", "f32")] if "llama_cpp_f32" in b1 else [])  # a float32 notebook vs f32 too
     ratios.update({f"{ours}_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}"] / b1[f"llama_cpp_{kind}"]
-                   for ours, w, kind in WEIGHTS if f"llama_cpp_{kind}" in b1})
+                   for ours, w, kind in pairs if f"llama_cpp_{kind}" in b1})
     for b in (1, 16):
         speeds = report[f"decode_b{b}_tokens_per_s"]
         ratios.update({f"{w[1:] + '_' if w else ''}compiled_vs_eager_decode_b{b}":  # bf16: no prefix
                        speeds[f"notebook{w}_compiled"] / speeds[f"notebook{w}"]
                        for _, w, _ in WEIGHTS if f"notebook{w}_compiled" in speeds})
     ratios.update({f"{ours}_compiled_vs_llama_cpp_{kind}_decode_b1": b1[f"notebook{w}_compiled"] / b1[f"llama_cpp_{kind}"]
-                   for ours, w, kind in WEIGHTS if f"llama_cpp_{kind}" in b1 and f"notebook{w}_compiled" in b1})
+                   for ours, w, kind in pairs if f"llama_cpp_{kind}" in b1 and f"notebook{w}_compiled" in b1})
     long = report.get("decode_b1_long_tokens_per_s", {})
-    ratios.update({f"{ours}_vs_llama_cpp_bf16_decode_b1_long": long[ours_key] / long["llama_cpp_bf16"]
-                   for ours, ours_key in [("bf16", "notebook"), ("bf16_compiled", "notebook_compiled")]
-                   if "llama_cpp_bf16" in long and ours_key in long})
+    ratios.update({f"{ours}_vs_llama_cpp_{kind}_decode_b1_long": long[ours_key] / long[f"llama_cpp_{kind}"]
+                   for ours, ours_key in [("eager", "notebook"), ("compiled", "notebook_compiled")]
+                   for kind in ("bf16", "f32") if f"llama_cpp_{kind}" in long and ours_key in long})
     ratios.update({f"speculate4_b1_{w}": statistics.geometric_mean([r["ratio"] for r in report["speculation"][w].values()])
                    for w in ("bf16", "int8")})
     if "moe" in report:
@@ -584,13 +564,11 @@ def markdown(r):
     lines = [
         "# Benchmark: notebook engine vs transformers", "",
         f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}). "
-        f"Checkpoint: `{r['checkpoint']}` (random weights, bf16). Greedy decoding, stop ids disabled, transformers "
-        "with SDPA attention; medians of alternating runs in one process. Higher is better except for seconds.", "",
-        f"Kernels the notebook's calibration chose here: `{json.dumps(r['kernels'])}`; with int8 weights: "
-        f"`{json.dumps(r['kernels_int8']['int8'])}`; with int4: `{json.dumps(r['kernels_int4']['int4'])}`. "
-        f"{len({json.dumps(x['kernels'], sort_keys=True) for x in r['loads'] if x['load'].startswith(r['checkpoint'] + ' none') and 'compiled' not in x['load']})} "
-        "distinct choice(s) over the eager bf16 loads of this run (all loads: `docs/benchmark.json`, `loads`).", "",
-        "| measurement | notebook bf16 | notebook int8 | notebook int4 | transformers | ratio bf16 | ratio int8 | ratio int4 |",
+        f"Checkpoint: `{r['checkpoint']}` (random weights). The notebook in **{r['dtype']}** (`QWEN3_DTYPE={DTYPE}`), "
+        f"transformers in the same dtype with SDPA attention. Greedy decoding, stop ids disabled; medians of alternating "
+        "runs in one process. Higher is better except for seconds.", "",
+        f"Weights as the rule made them (no timing at load): {r['weights']}; int8 {r['weights_int8']}; int4 {r['weights_int4']}.", "",
+        f"| measurement | notebook {r['dtype']} | notebook int8 | notebook int4 | transformers | ratio {r['dtype']} | ratio int8 | ratio int4 |",
         "|---|---|---|---|---|---|---|---|",
         row(f"decode tokens/s, batch 1 ({r['new_tokens']['b1']} new tokens)", r["decode_b1_tokens_per_s"]),
         row(f"decode tokens/s, batch 16 ({r['new_tokens']['b16']} new tokens)", r["decode_b16_tokens_per_s"]),
@@ -602,8 +580,10 @@ def markdown(r):
         versus = lambda ours, kind: f"{b1[ours]:.2f} / {b1[kind]:.2f} = **{b1[ours] / b1[kind]:.2f}x**"
         lines += ["", f"llama.cpp ({r['llama_cpp']}; GGUFs of the same weights made by llama.cpp's own converter and "
                   "quantizer), batch 1, in the same alternating runs, tokens/s: bf16 "
-                  f"{b1['llama_cpp_bf16']:.2f}, q8_0 {b1['llama_cpp_q8_0']:.2f}, q4_0 {b1['llama_cpp_q4_0']:.2f}. The notebook "
-                  f"against it: bf16 {versus('notebook', 'llama_cpp_bf16')}, int8 vs q8_0 "
+                  f"{b1['llama_cpp_bf16']:.2f}, q8_0 {b1['llama_cpp_q8_0']:.2f}, q4_0 {b1['llama_cpp_q4_0']:.2f}"
+                  + (f", f32 {b1['llama_cpp_f32']:.2f}" if "llama_cpp_f32" in b1 else "") + ". The notebook "
+                  f"against it: {r['dtype']} vs bf16 {versus('notebook', 'llama_cpp_bf16')}"
+                  + (f", float32 vs f32 {versus('notebook', 'llama_cpp_f32')}" if "llama_cpp_f32" in b1 else "") + ", int8 vs q8_0 "
                   f"{versus('notebook_int8', 'llama_cpp_q8_0')}, int4 vs q4_0 {versus('notebook_int4', 'llama_cpp_q4_0')} "
                   "(llama.cpp's q4_0 keeps its output matrix at 6 bits, q6_K, and its embeddings at 4; ours keeps both at 8)."]
     else:
@@ -651,7 +631,7 @@ def markdown(r):
               f"{r['weight_bytes_per_step_int4'] / 1e9:.2f} GB in int4), "
               f"so the roofline is {r['roofline_b1_ms']:.1f} ms per token ({r['roofline_b1_tokens_per_s']:.1f} tokens/s; "
               f"int8 {r['roofline_b1_int8_tokens_per_s']:.1f}, int4 {r['roofline_b1_int4_tokens_per_s']:.1f}); the notebook reaches **{r['ratios']['b1_vs_roofline']:.0%}** of it."
-              + ("" if "llama_cpp_bf16" in b1 else f" For comparison, {r['llama_cpp_reference']}."), "",
+              , "",
               f"## Guess and check: batch-1 decoding with `speculate={r['speculation']['k']}` vs plain "
               f"({r['speculation']['new_tokens']} new tokens after a chat prompt, greedy). bf16 and int8 products over "
               "K + 1 rows may round differently from one row's, so a near tie can tip the other way (\"same tokens\": no); "
@@ -665,7 +645,7 @@ def markdown(r):
               "tokens after a 32-token prompt)", "", "| weights | peak RSS growth over `import torch` | weights held | budget "
               "(checkpoint files + KV cache + 300 MiB) |", "|---|---|---|---|"]
     for quant, mm in m.items():
-        lines.append(f"| {'bf16' if quant == 'none' else quant} | {gib(mm['rss_growth'])} | {gib(mm['weight_bytes'])} | "
+        lines.append(f"| {r['dtype'] if quant == 'none' else quant} | {gib(mm['rss_growth'])} | {gib(mm['weight_bytes'])} | "
                      f"{gib(mm['budget_bytes'])} ({'within' if mm['rss_growth'] <= mm['budget_bytes'] else 'OVER'}) |")
     lines.append(f"\nint8 / bf16 peak RSS growth: {m['int8']['rss_growth'] / m['none']['rss_growth']:.2f}; "
                  f"int4 / bf16: {m['int4']['rss_growth'] / m['none']['rss_growth']:.2f}")

@@ -1,16 +1,15 @@
 """Eager against compiled decoding on this machine, one fresh process per row (peak memory is per process).
 
     python3 benchmarks/compiled_vs_eager.py [--quant none int8 int4] [--new-tokens 48] [--runs 3]
-        [--modes eager compiled eager-native regional] [--cold]
+        [--modes eager compiled regional] [--cold]
 
 On the random checkpoint of the exact Qwen3-0.6B shape (built once in .cache/, as benchmark.py builds it, before
 the rows start: building it in a row's process would count in that row's peak memory), batch 1: tokens/s of each
 run, the first call's seconds (the compile, for the compiled rows) and the process's peak resident memory.
 README's "Compiling on a CPU" table comes from it; compiled rows also print where the compile's seconds went
-(torch._dynamo's own timers, the largest). --cold gives each row an empty inductor cache. Modes `eager-native`
-and `regional` (bf16 only) are the experiment issue 32 asked for: regional compilation, one compiled decoder layer
-serving every layer with the weights as inputs (plain weights, QWEN3_MATMUL=native, like the eager-native row),
-rather than the whole step with the weights frozen in. It wraps the notebook's own decoder_layer through
+(torch._dynamo's own timers, the largest). --cold gives each row an empty inductor cache. Mode `regional`
+(unquantized only) is the experiment issue 32 asked for: regional compilation, one compiled decoder layer
+serving every layer with the weights as inputs, rather than the whole step with the weights frozen in. It wraps the notebook's own decoder_layer through
 `swapped`, as a demo cell would."""
 
 import argparse
@@ -43,9 +42,8 @@ def regional(q):
 
 def row(mode, quant, new_tokens, runs):
     import contextlib
-    from benchmark import checkpoint_dir, engine, ours_decode, prompts
-    env = {"QWEN3_QUANT": quant} | {"compiled": {"QWEN3_COMPILE": "on"}, "regional": {"QWEN3_MATMUL": "native"},
-                                    "eager-native": {"QWEN3_MATMUL": "native"}}.get(mode, {})
+    from benchmark import checkpoint_dir, engine, ours_decode, prompts, weights_kind
+    env = {"QWEN3_QUANT": quant} | {"compiled": {"QWEN3_COMPILE": "on"}, }.get(mode, {})
     q = engine(checkpoint_dir("0.6B"), "auto", **env)
     vocab = q.tokenizer.get_vocab_size()
     with regional(q) if mode == "regional" else contextlib.nullcontext():
@@ -60,7 +58,7 @@ def row(mode, quant, new_tokens, runs):
         phases = dict(sorted(((n, float(v)) for n, v in zip(names, values)), key=lambda p: -p[1])[:8])
     return {"mode": mode, "quant": quant, "tokens_per_s": sorted(speeds), "first_call_s": first, "phases": phases,
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "failed_compile": q.COMPILE_FAILED if mode == "compiled" else None, "kernels": q.kernels_table()}
+            "failed_compile": q.COMPILE_FAILED if mode == "compiled" else None, "weights": weights_kind(q)}
 
 
 def main():
@@ -69,7 +67,7 @@ def main():
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--modes", nargs="+", default=["eager", "compiled"],
-                   choices=["eager", "compiled", "eager-native", "regional"])
+                   choices=["eager", "compiled", "regional"])
     p.add_argument("--cold", action="store_true", help="an empty inductor cache for each row")
     p.add_argument("--row", nargs=2, help=argparse.SUPPRESS)  # internal: one row, in this process
     a = p.parse_args()

@@ -8,7 +8,7 @@ written to OUT/gpu_check.jsonl the moment it is taken (a kill keeps what came be
    compiles (dynamo's graphs, beyond the shapes it announced) and skips its CUDA graph (inductor's cudagraph_skips) while it
    decodes prompts of two lengths, a speculative reply and a three-turn ChatSession: one compile per
    (batch, cache length, slots read) it announces;
-3. int8 and int4 weights: the forms the calibration chose, and batch-1 decoding;
+3. int8 and int4 weights: the kind of weight the rule made (fused kernel or tiles), and batch-1 decoding;
 4. the compiled step at batch 16.
 The checkpoint is a random one of Qwen3-0.6B's exact shapes, made on the GPU (seconds) unless QWEN3_MODEL_DIR
 names one. Each step that fails is recorded with its error, and the next one runs.
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import ROOT, checkpoint_dir, engine, hf_decode, measure, ours_decode, prompts  # noqa: E402
+from benchmark import ROOT, checkpoint_dir, engine, hf_decode, measure, ours_decode, prompts, weights_kind  # noqa: E402
 
 
 def main():
@@ -119,7 +119,7 @@ def main():
             qq = engine(model_dir, a.device, QWEN3_QUANT=quant)
             ours_decode(qq, prompts(1, 32, vocab), 4)
             speed = measure(f"{quant} decode b1", {"notebook": lambda: ours_decode(qq, prompts(1, 32, vocab), n)[0]}, 2)
-            return {"kernels": qq.kernels_table()[quant], "decode_b1_tokens_per_s": speed["notebook"]}
+            return {"weights": weights_kind(qq), "decode_b1_tokens_per_s": speed["notebook"]}
         step(f"{quant} eager")(quantized)
 
     if COMPILED:

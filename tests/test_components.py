@@ -1,5 +1,6 @@
 """Each hand-written component equals its transformers counterpart (float32 tight, bf16 within rounding)."""
 
+import math
 import types
 
 import pytest
@@ -68,7 +69,7 @@ def test_softmax_is_stable(engine):
 def test_linear(engine, dtype):
     q, dt = engine(dtype=dtype), DTYPES[dtype]
     w = torch.randn(600, 64).to(TEST_DEVICE, dt)
-    for rows in (1, 3, 8, 40):  # one row (decode) to a prefill chunk: the row buckets of KERNELS
+    for rows in (1, 3, 8, 40):  # one row (decode) to a prefill chunk
         x = torch.randn(rows, 64).to(TEST_DEVICE, dt)
         close(q.linear(x, w), torch.nn.functional.linear(x, w), dtype)
 
@@ -76,8 +77,8 @@ def test_linear(engine, dtype):
 def test_mask_causal_and_padding(engine):
     q = engine()
     pad = torch.tensor([0, 2], device=TEST_DEVICE)
-    mask = q.attention_mask(pad, start_pos=3, T=2, L=5)[:, 0, 0]  # (B, T, L)
-    allowed = mask == 0
+    allowed = q.attention_mask(pad, start_pos=3, T=2, L=5)[:, 0, 0]  # (B, T, L): True where a query may look
+    assert allowed.dtype == torch.bool
     for b in range(2):
         for t in range(2):
             for j in range(5):
@@ -93,7 +94,8 @@ def test_grouped_query_attention(engine, dtype):
     pad = torch.tensor([0, 3], device=TEST_DEVICE)
     mask = q.attention_mask(pad, L - T, T, L)
     module = types.SimpleNamespace(num_key_value_groups=H // KV, training=False)
-    out_ref, _ = ref.eager_attention_forward(module, query.transpose(1, 2), k, v, mask[:, 0], scaling=hd ** -0.5)
+    additive = torch.zeros(mask[:, 0].shape, dtype=dt, device=TEST_DEVICE).masked_fill(~mask[:, 0], -math.inf)  # M
+    out_ref, _ = ref.eager_attention_forward(module, query.transpose(1, 2), k, v, additive, scaling=hd ** -0.5)
     close(q.attention(query, k, v, mask), out_ref.reshape(B, T, H * hd), dtype)
 
 
@@ -111,4 +113,5 @@ def test_mlp_and_decoder_layers(engine, reference, dtype):
     for i in range(q.config.num_hidden_layers - 1):  # the last entry of hidden_states is after the final norm
         cache = q.make_cache(2, 9)
         mask = q.attention_mask(cache.pad, 0, 9, 9)
-        close(q.decoder_layer(hidden[i], q.weights.layers[i], i, cache, 0, cos, sin, mask), hidden[i + 1], dtype)
+        with q.swapped(attention=q.written_out_attention):  # Part 2's layer as written (its eager attention too)
+            close(q.decoder_layer(hidden[i], q.weights.layers[i], i, cache, 0, cos, sin, mask), hidden[i + 1], dtype)

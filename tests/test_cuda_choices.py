@@ -34,17 +34,17 @@ def test_on_compiles_only_where_triton_and_the_gpu_can(engine, monkeypatch, capa
 
 
 def test_no_cpu_only_form_is_chosen_for_cuda(engine, monkeypatch):
+    """The rule on a CUDA GPU: no oneDNN packing (a CUDA build reports mkldnn too); int4's fused kernel only at
+    compute capability 8.0 and up, in bf16, where the build has it; else the plain layout (tiles)."""
     q = engine("tiny", "bfloat16")
-    assert q.packing_possible() == BF16_PACKING  # a CPU form; in bf16, AVX-512 or AVX-NE-CONVERT
+    assert q.packs_weights() == BF16_PACKING  # a CPU form; in bf16, AVX-512 or AVX-NE-CONVERT
     monkeypatch.setitem(q._module.__dict__, "device", torch.device("cuda"))
-    assert not q.packing_possible()  # a CUDA build reports mkldnn too: packing would crash on GPU tensors
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4
-    assert not q.fused_int4_runs()  # compiled out below 8.0 (and in bf16 it may return garbage)
-
-
-def test_the_fused_int4_kernel_is_trusted_only_when_it_agrees_with_dequantize(engine, monkeypatch):
-    q = engine("tiny", "bfloat16")
-    real = q.matmul_int4
-    assert q.fused_int4_runs() in (True, False)  # the trial itself never raises, whatever the kernel does
-    monkeypatch.setitem(q._module.__dict__, "matmul_int4", lambda x, w: real(x, w) * 0 + 1)  # a wrong kernel
-    assert not q.fused_int4_runs()
+    assert not q.packs_weights()
+    monkeypatch.setitem(q._module.__dict__, "has_kernel", lambda op, device: True)  # a CUDA build's kernels
+    for capability, dtype, layout in [((7, 5), torch.bfloat16, "plain"), ((8, 0), torch.bfloat16, "cuda"),
+                                      ((8, 0), torch.float32, "plain")]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        monkeypatch.setitem(q._module.__dict__, "dtype", dtype)
+        assert q.int4_layout() == layout, (capability, dtype)
+    monkeypatch.setitem(q._module.__dict__, "has_kernel", lambda op, device: False)  # a build without it
+    assert q.int4_layout() == "plain"

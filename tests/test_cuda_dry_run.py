@@ -123,8 +123,13 @@ def a_chunk_and_a_step(q):
     return ops.counts, prefill, step
 
 
-def gpu_engine(path, quant, dtype="bfloat16"):
-    return load_engine(path, device="cuda", dtype=dtype, QWEN3_QUANT=quant, QWEN3_COMPILE="auto")
+def gpu_engine(path, quant, dtype="bfloat16", fused=True):
+    """The engine on the fake GPU; fused: as a CUDA build of torch, which has aten's fused int8 and int4 kernels
+    for CUDA (this CPU build has none: the rule then picks the tiles)."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    with mock.patch.object(torch._C, "_dispatch_has_kernel_for_dispatch_key",
+                           lambda op, key: fused and key == "CUDA" and "pack_mm" in op or has(op, key)):
+        return load_engine(path, device="cuda", dtype=dtype, QWEN3_QUANT=quant, QWEN3_COMPILE="auto")
 
 
 MODELS = {"dense": "tiny", "moe": "moe", "qwen3.5": "qwen35"}
@@ -135,25 +140,24 @@ def fake_by_expert(q):
     return lambda experts: (experts.flatten().argsort(), [experts.numel()] + [0] * (q.config.num_experts - 1))
 
 
-@pytest.mark.parametrize("quant", ["none", "int8", "int8_tiles", "int4"])
+@pytest.mark.parametrize("quant", ["none", "int8", "int8_tiles", "int4_tiles"])
 @pytest.mark.parametrize("model", MODELS)
 def test_the_forward_pass_runs_on_fake_cuda_tensors(cuda_guard, checkpoints, model, quant):
-    """int8: the form the calibration chose (aten's fused kernel, on fake timings); int8_tiles: the form for a
-    CUDA build without it; int4: the tiles (fused_int4_runs' trial needs numbers: the next test)."""
-    variant = "int4_moe" if (model, quant) == ("moe", "int4") else MODELS[model]  # int4 experts want 64 wide
+    """int8: aten's fused kernel, which a CUDA build has; _tiles: the form for a build without the fused kernel
+    (int4's fused kernel: the next test)."""
+    variant = "int4_moe" if (model, quant) == ("moe", "int4_tiles") else MODELS[model]  # int4 experts: 64 wide
     path = checkpoints(variant)  # built for real
     with fake_gpu():
-        q = gpu_engine(path, quant.removesuffix("_tiles"))
-        tiles = {"int8": {q.ANY: "int8_tiles"}} if quant == "int8_tiles" else {}
-        with q.swapped(by_expert=fake_by_expert(q), KERNELS=q.KERNELS | tiles):
+        q = gpu_engine(path, quant.removesuffix("_tiles"), fused=not quant.endswith("_tiles"))
+        with q.swapped(by_expert=fake_by_expert(q)):
             ops, prefill, step = a_chunk_and_a_step(q)
         tensors = [t for t in q.stored_tensors()]
     V = q.config.vocab_size
     assert isinstance(step, FakeTensor) and prefill.shape == (2, 5, V) and step.shape == (2, 1, V)
     assert prefill.device.type == step.device.type == "cuda" and step.dtype == torch.float32
     assert all(t.device.type == "cuda" for t in tensors), "a weight left on the CPU"
-    assert q.KERNELS["weights"] != "packed" and set(q.KERNELS["plain"].values()) == {"native"}, q.KERNELS
-    assert q.KERNELS["kv_cache"] == q.KERNELS["attention"] == "model"  # oneDNN's, widening: CPU forms
+    assert not q.packs_weights() and not any(isinstance(t, q.PackedWeight) for t in vars(q.weights.layers[0]).values())
+    assert q.FUSED_INT8 == (not quant.endswith("_tiles")) and q.attention is q.fused_attention  # SDPA
     # a GPU launches per op: one product per matrix (a tile loop would launch one per 256 rows)
     products = sum(ops.get(op, 0) for op in ("mm", "bmm", "_weight_int8pack_mm", "_weight_int4pack_mm"))
     matrices = sum(1 for layer in q.weights.layers for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -172,26 +176,23 @@ def test_float32_runs_on_fake_cuda_tensors(cuda_guard, checkpoints):
 
 
 def test_int4s_fused_kernel_runs_on_fake_cuda_tensors(cuda_guard, checkpoints):
-    """At compute capability 8.0 the fused kernel is chosen where its trial agrees with dequantize(): a dry run
-    cannot compute that trial (fused_int4_runs says no here), so it sets the fused form itself."""
+    """At compute capability 8.0, in bf16, a CUDA build's fused int4 kernel is the rule's choice, the weights
+    laid out for it at load."""
     path = checkpoints("tiny")
     with fake_gpu():
         q = gpu_engine(path, "int4")
-        q.use_int4_form("int4")
         ops, _, step = a_chunk_and_a_step(q)
     assert step.device.type == "cuda" and q.weights.layers[0].qkv_proj.layout == "cuda"
     assert ops.get("_weight_int4pack_mm", 0) == 4 * q.config.num_hidden_layers, ops
 
 
 def test_the_dry_run_catches_a_cpu_only_op(cuda_guard, checkpoints, monkeypatch):
-    """The negative control: issue 30's crash. Packing for oneDNN on CUDA weights (what calibrate_plain did when
-    packing_possible() asked only torch.backends.mkldnn) fails the dry run as it would fail on a GPU."""
+    """The negative control: issue 30's crash. Packing for oneDNN on CUDA weights (what a rule asking only
+    torch.backends.mkldnn would do: a CUDA build reports it too) fails the dry run as it would fail on a GPU."""
     from torch._subclasses.fake_tensor import UnsupportedOperatorException
     path = checkpoints("tiny")
     with fake_gpu():
         q = gpu_engine(path, "none")
-        with pytest.raises(UnsupportedOperatorException, match="mkldnn"):
-            q.pack(q.weights.layers[0].qkv_proj)
-        with q.swapped(packing_possible=torch.backends.mkldnn.is_available), pytest.raises(
-                UnsupportedOperatorException):
-            q.calibrate_plain(q.step_matrices())
+        with q.swapped(packs_weights=torch.backends.mkldnn.is_available), pytest.raises(
+                UnsupportedOperatorException, match="mkldnn"):
+            q.store_plain(q.weights.layers[0].qkv_proj)

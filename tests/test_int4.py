@@ -1,15 +1,12 @@
 """QWEN3_QUANT=int4: the notebook computes what transformers computes on weights replaced by exactly
-q * scale + lo (groups of 32 columns; embeddings and lm_head by the int8 scheme), dense and MoE, in
-every int4 form."""
+q * scale + lo (groups of 32 columns; embeddings and lm_head by the int8 scheme), dense and MoE, with aten's
+fused kernel where the device has one and with dequantized tiles (the plain layout)."""
 
 import pytest
 import torch
 
 from conftest import int8_stored, quantized_engines, random_ids
 
-INF = float("inf")
-# one form for every number of rows, or the fused kernel for few rows and tiles for many, both on its layout
-FORMS = {"int4": "int4", "int4_tiles": "int4_tiles", "mixed": {1: "int4", 64: "int4", INF: "int4_tiles"}}
 
 
 def as_stored(name, w):
@@ -33,33 +30,39 @@ def int4_pair(tmp_path_factory, checkpoints, engine):
     return quantized_engines(tmp_path_factory.mktemp("int4"), checkpoints, engine, "int4", as_stored)
 
 
-def forms_here(q4):
-    """Every int4 form (by name), skipping those with the fused kernel where this device has none for float32,
-    and the mixed one where the tiles cannot read the fused kernel's layout."""
-    fused = q4.fused_int4_runs()
-    return [name for name in FORMS if name == "int4_tiles" or fused and (name == "int4" or q4.mixes_int4_forms())]
+def in_layout(q4, layout):
+    """q4's weights with every int4 matrix laid out as `layout` ("plain": the tiles multiply)."""
+    import dataclasses
+    lay = lambda t: q4.lay_out_int4(t, layout) if isinstance(t, q4.Int4Weight) else t
+    w = q4.weights
+    return dataclasses.replace(w, layers=[dataclasses.replace(layer, **{f.name: lay(getattr(layer, f.name))
+                                                                        for f in dataclasses.fields(layer)})
+                                          for layer in w.layers])
+
+
+def layouts_here(q4):
+    """The loaded layout (the fused kernel's, where the device has one) and the plain one (tiles)."""
+    return sorted({q4.int4_layout(), "plain"})
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
-def test_int4_logits_equal_reference_in_every_form(int4_pair, kind):
+def test_int4_logits_equal_reference_in_every_layout(int4_pair, kind):
     q4, full, model = int4_pair(kind)
     ids = random_ids(2, 40, high=400, seed=61)
     expected = model(ids.to(model.device)).logits
-    for form in forms_here(q4):  # 80 rows: the mixed table's tiles, read from the fused kernel's layout
-        q4.use_int4_form(FORMS[form])
-        torch.testing.assert_close(q4.forward(ids), expected, atol=1e-4, rtol=0, msg=lambda m: f"{form}: {m}")
+    for layout in layouts_here(q4):
+        with q4.swapped(weights=in_layout(q4, layout)):
+            torch.testing.assert_close(q4.forward(ids), expected, atol=1e-4, rtol=0, msg=lambda m: f"{layout}: {m}")
     assert (full.forward(ids) - expected).abs().max() > 1e-2  # unquantized: far off, so int4 really was applied
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_int4_batched_generation_equals_single_runs(int4_pair, form):
+@pytest.mark.parametrize("layout", ["loaded", "plain"])
+def test_int4_batched_generation_equals_single_runs(int4_pair, layout):
     q4 = int4_pair()[0]
-    if form not in forms_here(q4):
-        pytest.skip("no fused int4 kernel for float32 here")
-    q4.use_int4_form(FORMS[form])
     prompts = [random_ids(1, n, high=400, seed=n)[0].tolist() for n in (5, 17, 11)]
-    batched = q4.generate(prompts, 8).tokens
-    assert batched == [q4.generate([p], 8).tokens[0] for p in prompts]
+    with q4.swapped(weights=q4.weights if layout == "loaded" else in_layout(q4, "plain")):
+        batched = q4.generate(prompts, 8).tokens
+        assert batched == [q4.generate([p], 8).tokens[0] for p in prompts]
 
 
 def test_int4_weights_as_documented(int4_pair):
@@ -70,12 +73,13 @@ def test_int4_weights_as_documented(int4_pair):
         m = getattr(layer, name)
         assert type(m).__name__ == "Int4Weight" and m.q.dtype == torch.uint8 and m.scale_zero.dtype == torch.float32
     assert layer.input_layernorm.dtype == torch.float32 and layer.qk_norm.dtype == torch.float32  # norms stay
-    for form in forms_here(q4):  # per-projection views are rows of the stacked matrix, in either layout
-        q4.use_int4_form(FORMS[form])
-        x = torch.randn(3, cfg.hidden_size, device=q4.device)
-        qkv = q4.linear(x, q4.weights.layers[0].qkv_proj)
-        H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        torch.testing.assert_close(q4.linear(x, q4.weights.layers[0].k_proj), qkv[:, H * hd:(H + KV) * hd])
+    assert layer.qkv_proj.layout == q4.int4_layout()  # laid out once, at load, for the device's fused kernel
+    for layout in layouts_here(q4):  # per-projection views are rows of the stacked matrix, in either layout
+        with q4.swapped(weights=in_layout(q4, layout)):
+            x = torch.randn(3, cfg.hidden_size, device=q4.device)
+            qkv = q4.linear(x, q4.weights.layers[0].qkv_proj)
+            H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+            torch.testing.assert_close(q4.linear(x, q4.weights.layers[0].k_proj), qkv[:, H * hd:(H + KV) * hd])
     moe_layer = int4_pair("moe")[0].weights.layers[0]
     experts = moe_layer.experts_gate_up
     assert type(experts).__name__ == "Int4Weight" and len(experts.shape) == 3 and experts.scale_zero.dim() == 4
@@ -117,49 +121,34 @@ def test_int4_memory_preflight(int4_pair, monkeypatch):
         q4.load_weights(q4.MODEL_DIR, q4.config, q4.device, q4.dtype)
 
 
-def test_calibration_times_both_int4_forms_and_the_int8_lm_head(int4_pair, capsys):
-    """Forced to measure (min_bytes=0): both int4 forms and both int8 forms (for lm_head), in every
-    round; the weights are then laid out for the chosen form and still compute the reference."""
-    q4, _, model = int4_pair()
-    q4.calibrate(min_bytes=0)
-    out = capsys.readouterr().out
-    assert all(form in out for form in ("int4", "int4_tiles", "int8", "int8_tiles")) and "median of 5 rounds" in out
-    assert len(q4.KERNELS["int8"]) == 3 and q4.weights.layers[0].qkv_proj.layout == q4.int4_layout(q4.KERNELS["int4"])
-    if q4.fused_int4_runs() and q4.mixes_int4_forms():  # the tiles read the fused layout: a choice per number of rows
-        assert len(q4.KERNELS["int4"]) == 3
-    ids = random_ids(1, 20, high=400, seed=63)
-    torch.testing.assert_close(q4.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
-
-
-def test_tiles_read_the_cpu_kernels_layout_in_place(int4_pair):
-    """The CPU packer's blocks, read with tensor ops (cpu_block_values), hold the values the fused kernel
-    itself reads back (identity @ W.T with scale 1 and zero 8), a last shorter block included; whole blocks
-    of rows are a packed matrix too, sliced in place; the tiles multiply from that layout."""
+def test_the_kernels_layout_reads_back_the_values_it_was_given(int4_pair):
+    """aten's layout is read back through its own kernel (identity @ W.T with scale 1, zero 8): the values and the
+    rows of a matrix laid out for it are those of the plain one, a last short block of rows included."""
     q4 = int4_pair()[0]
-    if not (q4.fused_int4_runs() and q4.device.type == "cpu"):
-        pytest.skip("no fused CPU int4 kernel here")
-    if q4.CPU_INT4_BLOCK is None:
-        pytest.skip("this torch's CPU int4 layout is not the blocked one cpu_block_values reads: read back instead")
-    B = q4.CPU_INT4_BLOCK
-    for out in (4 * B, 3 * B + 16):  # whole blocks, and a last block of 16 rows
-        w = q4.lay_out_int4(q4.quantize_int4(torch.randn(out, 128)), "cpu")
-        by_kernel = q4.fused_int4("cpu")(torch.eye(128, dtype=torch.bfloat16), w.q, q4.INT4_GROUP,
-                                          torch.tensor([1.0, 8.0], dtype=torch.bfloat16).expand(4, out, 2).contiguous()).T
-        assert torch.equal(q4.int4_values(w), by_kernel.to(torch.uint8)), out
-        for rows in (slice(B, 3 * B), slice(2 * B, out)):  # whole blocks, the last one too
-            part = w[rows]
-            assert part.layout == "cpu" and part.q.data_ptr() == w.q[rows.start].data_ptr()  # a view, not a copy
-            assert torch.equal(part.dequantize(torch.float32), w.dequantize(torch.float32)[rows])
-        x = torch.randn(300, 128)  # many rows: the tiles, from the fused kernel's layout
-        torch.testing.assert_close(q4.matmul_tiles(x, w), x @ w.dequantize(torch.float32).T, atol=1e-4, rtol=1e-5)
+    if q4.int4_layout() == "plain":
+        pytest.skip("no fused int4 kernel here")
+    for out in (256, 208):
+        plain = q4.quantize_int4(torch.randn(out, 128).to(q4.device))
+        packed = q4.lay_out_int4(plain, q4.int4_layout())
+        assert torch.equal(q4.int4_values(packed), q4.int4_values(plain))
+        assert torch.equal(packed[64:192].dequantize(torch.float32), plain.dequantize(torch.float32)[64:192])
+        x = torch.randn(3, 128, device=q4.device)
+        torch.testing.assert_close(packed.product(x), plain.product(x), atol=1e-4, rtol=1e-5)
 
 
-def test_int4_forms_are_checked(int4_pair):
-    q4 = int4_pair()[0]
-    with pytest.raises(ValueError, match="with an ANY key"):
-        q4.use_int4_form({1: "int4"})
-    with pytest.raises(ValueError, match="int4 forms"):
-        q4.use_int4_form("int8")
-    if not q4.mixes_int4_forms():
-        with pytest.raises(ValueError, match="mix only where the tiles read"):
-            q4.use_int4_form(FORMS["mixed"])
+@pytest.mark.parametrize("dtype", ["auto", "float32"])
+def test_the_quantization_lessons_run_the_settings_form(checkpoints, dtype):
+    """Part 6's int8 and int4 copies are loaded as QWEN3_QUANT=int8 / int4 loads them, whatever the loaded model:
+    the same dtype (the rule's: bf16 activations for quantized weights on a CPU without bf16 instructions), the
+    same kind of weight, laid out for the same kernel, the same numbers."""
+    from notebook_engine import load_engine
+    q = load_engine(checkpoints("tiny"), dtype=dtype, tags=("plots",), QWEN3_COMPILE="off")
+    ids = random_ids(1, 12, high=400, seed=64)
+    for quant in ("int8", "int4"):
+        (w, d), setting = q.loaded_as(quant), load_engine(checkpoints("tiny"), dtype=dtype, QWEN3_QUANT=quant)
+        kind = lambda weights: type(weights.layers[0].qkv_proj).__name__  # each engine has its own classes
+        assert d == setting.dtype and kind(w) == kind(setting.weights)
+        if quant == "int4":
+            assert w.layers[0].qkv_proj.layout == setting.weights.layers[0].qkv_proj.layout
+        with q.swapped(weights=w, dtype=d):
+            assert torch.equal(q.forward(ids), setting.forward(ids))

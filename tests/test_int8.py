@@ -23,12 +23,14 @@ def test_int8_logits_equal_reference_on_quantized_weights(int8_pair, kind):
     assert (full.forward(ids) - expected).abs().max() > 1e-2  # unquantized: far off, so int8 really was applied
 
 
-@pytest.mark.parametrize("form", ["int8", "int8_tiles"])
-def test_each_int8_form_equals_reference(int8_pair, monkeypatch, form):
+@pytest.mark.parametrize("fused", [True, False], ids=["aten's fused kernel", "dequantized tiles"])
+def test_each_int8_product_equals_reference(int8_pair, monkeypatch, fused):
+    """Where the device has aten's fused int8 kernel the rule takes it; without one, the tiles: both exact."""
     q8, _, model = int8_pair()
-    if form == "int8" and TEST_DEVICE == "cuda":
-        pytest.skip("aten's fused int8 kernel is CPU/MPS")
-    monkeypatch.setitem(q8.KERNELS, "int8", {float("inf"): form})
+    if fused and not q8.has_kernel("aten::_weight_int8pack_mm", q8.device):
+        pytest.skip("no fused int8 kernel for this device")
+    assert q8.FUSED_INT8 == q8.has_kernel("aten::_weight_int8pack_mm", q8.device)
+    monkeypatch.setitem(q8._module.__dict__, "FUSED_INT8", fused)
     ids = random_ids(2, 30, high=400, seed=52)
     torch.testing.assert_close(q8.forward(ids), model(ids.to(model.device)).logits, atol=1e-4, rtol=0)
 
@@ -60,9 +62,8 @@ def test_int8_batched_generation_equals_single_runs(int8_pair):
 
 
 def test_quant_none_is_the_engine_without_the_setting(checkpoints):
-    pinned = dict(QWEN3_MATMUL="native", QWEN3_KV_DTYPE="model")  # the same kernels in both
-    without = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16", **pinned)
-    with_none = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16", QWEN3_QUANT="none", **pinned)
+    without = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16")
+    with_none = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="bfloat16", QWEN3_QUANT="none")
     ids = random_ids(2, 30, seed=53)
     assert torch.equal(with_none.forward(ids), without.forward(ids))
 

@@ -17,7 +17,7 @@ import torch
 from conftest import ROOT, TEST_DEVICE, random_ids
 from notebook_engine import NOTEBOOK, load_engine
 
-SEAMS = {"linear", "attention"}  # the names Part 2 declares for later parts to rebind
+SEAMS = {"attention"}  # the one name Part 2 declares for a later part to rebind (Part 6: torch's fused kernel)
 
 
 def cells():
@@ -58,9 +58,9 @@ def test_no_later_cell_redefines_part_2():
 
 
 @pytest.fixture(scope="module")
-def toy_model():
-    """Parts 1-2 alone, on made-up weights (the toy shapes the notebook's own demo uses)."""
-    q = load_engine(None, device=TEST_DEVICE, dtype="float32", before="# Part 3")
+def toy_model(checkpoints):
+    """Parts 1-2 alone (Part 1 finds a checkpoint), on made-up weights (the toy shapes of the notebook's demo)."""
+    q = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", before="# Part 3")
     assert "load_config" not in q and "KERNELS" not in q  # nothing of the later parts ran
     g = torch.Generator().manual_seed(0)
     D, F, H, KV, hd, V = 64, 192, 4, 2, 16, 300
@@ -99,7 +99,7 @@ def loaded_only(checkpoints):
 
 def test_the_engine_up_to_loading_equals_transformers(loaded_only, reference):
     q, model = loaded_only, reference()
-    assert "generate" not in q and "calibrate" not in q and "written_out_attention" not in q  # Part 2's attention
+    assert "generate" not in q and "fused_attention" not in q  # Part 2's attention
     ids = random_ids(2, 20, seed=8)
     torch.testing.assert_close(q.forward(ids).cpu(), model(ids.to(model.device)).logits.float().cpu(),
                                atol=1e-4, rtol=0)
@@ -130,18 +130,20 @@ def calls_during(fn):
 
 @pytest.mark.parametrize("which", ["loaded_only", "whole engine"])
 def test_forward_and_greedy_run_part_2s_own_layer_and_attention(which, loaded_only, engine):
+    """Part 2's functions run the model; the attention seam is Part 2's attention, or in the whole engine the
+    fused kernel Part 6 rebinds it to: either computes the scores three calls below forward."""
     q = loaded_only if which == "loaded_only" else engine()
-    part_2_attention = q.written_out_attention if "written_out_attention" in q else q.attention
+    attending = q.attention
+    assert ("fused_attention" in q and attending is q.fused_attention) == (which == "whole engine")
     ids = random_ids(1, 9, seed=2)
     for run in (lambda: q.forward(ids), lambda: q.greedy(ids, 3)):
         called = calls_during(run)
         codes = {code for code, _ in called}
-        assert {q.forward_hidden.__code__, q.decoder_layer.__code__, part_2_attention.__code__} <= codes
-        # the scores: at most three calls below forward (forward -> forward_hidden -> decoder_layer -> attention);
-        # the whole engine reaches it through the seam Part 6 rebinds (blocked_attention)
+        assert {q.forward_hidden.__code__, q.decoder_layer.__code__, attending.__code__} <= codes
+        # forward -> forward_hidden -> decoder_layer -> attention
         top = min(d for code, d in called if code is q.forward.__wrapped__.__code__)  # inside inference_mode's
-        below = max(d for code, d in called if code is part_2_attention.__code__) - top
-        assert below <= (3 if part_2_attention is q.attention else 4), below
+        below = max(d for code, d in called if code is attending.__code__) - top
+        assert below <= 3, below
 
 
 def test_anchor_links_resolve():
@@ -176,24 +178,14 @@ def test_loading_cells_are_folded_plumbing_and_the_markdown_fits_a_sitting():
 
 
 def test_the_engine_does_not_grow_back():
-    """Issue 29's targets are 1,600 engine lines, at most 700 of them before the first real text (Parts 1, 2
-    and 4; the family part does not count). Three cuts took it from 2,468 to 1,871 and from 1,138 to 694;
-    this pins where it stands, with a little headroom, so that later work makes room by deleting (issue 32's
-    payback rule at load and the AVX2 packing check took 1,880 to 1,907; a review cut it to 1,892; decode's argument check, 1,898).
-    Until 2026-12-03 this count missed Part 1 (its heading shares the first cell with the reading guide), so
-    the pin sat 52 lines above the count; counted whole, with the bad-input checks of that day, 1,906. Four
-    reviews, between them of every engine cell, then cut 34 lines without changing behaviour, and the
-    misspelt-setting note added 3: 1,875. Five more bad-input checks (set_padding, make_cache's kv_dtype,
-    logit_lens, encode, calibrate) added 13: 1,888; a third review (messages may be reworded, tests follow)
-    cut 18: 1,870; best_seconds, which only demo cells call, moved to
-    the first of them: 1,867. Eight bad-input checks (make_cache's float kv_dtype, set_padding's list, trace_bytes,
-    rope_theta and rms_norm_eps, layers past num_hidden_layers, the chat template, respond's messages,
-    tool_schema's choices) added 20: 1,887;
-    greedy's too-long prompt says to shorten it: 1,888."""
+    """The engine's non-blank lines, pinned where they stand so that later work makes room by deleting. History
+    (docs/kernel-history.md has the kernel tuner's): 2,468 -> 1,888 over issue 29's cuts and bad-input checks;
+    issue 45 removed the load-time kernel tuner (calibrate, KERNELS, the widen/packed forms, blocked attention,
+    the int4 layout probes, the compile-pays estimate) and added weights that bring their own product, the
+    CPU's bf16 rule and torch's fused attention: 1,689."""
     lines = {p: sum(1 for source in engine_source(p) for line in source.splitlines() if line.strip())
              for p in range(1, 8)}
-    assert sum(lines.values()) <= 1888, lines
-    assert lines[1] + lines[2] + lines[4] <= 700, lines
+    assert sum(lines.values()) <= 1689, lines
 
 
 def test_no_engine_line_is_over_110_characters():
@@ -245,20 +237,4 @@ def test_at_most_three_stores_are_written_from_more_than_one_place():
     written = places_written(sources)
     shared = sorted(n for n, places in written.items() if n in defined_in
                     and len(places - {(defined_in[n], None)}) > 1)
-    assert len(shared) <= 3, shared  # today: KERNELS, LINEAR_FORMS (a layer set through a loop variable is not followed)
-
-
-
-def test_running_the_seam_cell_again_keeps_part_2s_attention(engine, reference):
-    """A reader re-runs cells: rebinding the attention seam a second time must not capture the seam's new
-    value as "Part 2's" (blocked_attention calling itself)."""
-    from notebook_engine import engine_cells
-    q = engine("tiny", QWEN3_MATMUL="native")
-    part_2s = q.written_out_attention
-    cell = next(c for c in engine_cells() if "def blocked_attention(" in c)
-    exec(compile(cell, "rerun", "exec"), q._module.__dict__)
-    assert q.written_out_attention is part_2s and q.attention is q.blocked_attention
-    ids = random_ids(1, 9, seed=5)
-    model = reference()
-    torch.testing.assert_close(q.forward(ids).cpu(), model(ids.to(model.device)).logits.float().cpu(),
-                               atol=1e-4, rtol=0)
+    assert len(shared) <= 3, shared  # a layer set through a loop variable is not followed
