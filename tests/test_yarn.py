@@ -60,8 +60,9 @@ def test_yarn_logits_equal_transformers(yarn, name):
     ours = q.forward(ids.to(TEST_DEVICE)).cpu()
     torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
     # YaRN changed the answer: the same weights without it give other logits past the trained context
-    cos, sin = q.rope_cos_sin(torch.arange(200, device=q.device), scaling=None)
-    assert not torch.allclose(cos, q.rope_cos_sin(torch.arange(200, device=q.device))[0])
+    positions = torch.arange(200, device=q.device)
+    cos, sin = q.rope_cos_sin(positions, q.rope_frequencies(q.config.head_dim, q.config.rope_theta))  # as trained
+    assert not torch.allclose(cos, q.rope_cos_sin(positions, *q.config.rope)[0])  # the config brings YaRN's
 
 
 def test_yarn_context_limit_and_generation_past_the_original_context(yarn):
