@@ -6,7 +6,7 @@
 On the random checkpoint of the exact Qwen3-0.6B shape (built once in .cache/, as benchmark.py builds it, before
 the rows start: building it in a row's process would count in that row's peak memory), batch 1: tokens/s of each
 run, the first call's seconds (the compile, for the compiled rows) and the process's peak resident memory.
-README's "Compiling on a CPU" table comes from it; compiled rows also print where the compile's seconds went
+docs/performance.md's compile tables come from it; compiled rows also print where the compile's seconds went
 (torch._dynamo's own timers, the largest). --cold gives each row an empty inductor cache. Mode `regional`
 (unquantized only) is the experiment issue 32 asked for: regional compilation, one compiled decoder layer
 serving every layer with the weights as inputs, rather than the whole step with the weights frozen in. It wraps the notebook's own decoder_layer through

@@ -36,9 +36,9 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     checkpoint = make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
-    q = load_engine(checkpoint, dtype=a.dtype, QWEN3_QUANT=a.quant, QWEN3_COMPILE="off")
+    q = load_engine(checkpoint, dtype=a.dtype, tags=("plots",), QWEN3_QUANT=a.quant, QWEN3_COMPILE="off")
     rng = random.Random(a.seed)
-    print(f"{q.machine_name() if 'machine_name' in q else ''} dtype {q.dtype}, weights {a.quant}, {a.calls} calls",
+    print(f"{q.machine_name()}, dtype {q.dtype}, weights {a.quant}, {a.calls} calls",
           flush=True)
     t0, after = time.perf_counter(), {}
     for call in range(1, a.calls + 1):

@@ -1,4 +1,4 @@
-"""The benchmark script runs end to end (on the tiny checkpoint) and reports what the README promises.
+"""The benchmark script runs end to end (on the tiny checkpoint) and reports what docs/performance.md promises.
 Speed is never asserted here: the numbers come from `python3 benchmarks/benchmark.py` on a quiet machine."""
 
 import json

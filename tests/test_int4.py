@@ -108,7 +108,7 @@ def test_notebook_runs_with_int4_weights(checkpoints, monkeypatch):
 
 
 def test_int4_memory_preflight(int4_pair, monkeypatch):
-    """Qwen3-30B-A3B in int4 needs about 19 GB (README's table); a load that cannot fit names int8 and int4."""
+    """Qwen3-30B-A3B in int4 needs about 19 GB (docs/reference.md); a load that cannot fit names int8 and int4."""
     import dataclasses
     q4 = int4_pair()[0]
     full = dataclasses.replace(q4.config, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
