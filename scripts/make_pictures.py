@@ -64,7 +64,7 @@ def trained(docs):
     router = torch.randn(8, q.config.hidden_size, generator=torch.Generator().manual_seed(0)) * q.config.hidden_size ** -0.5
     routed = q.dataclasses.replace(q.config, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)
     with q.swapped(config=routed):
-        gates, experts = q.route(q.rms_norm(q.embed(torch.tensor([prompt]))[0], torch.ones_like(q.weights.norm)), router)
+        gates, experts = q.route(q.rms_norm(q.embed(torch.tensor([prompt]))[0], torch.ones_like(q.weights.norm), q.config.rms_norm_eps), router)
     q.plot_routing(experts, gates, 8, labels, path=docs / "routing.png")
     return ["attention_layer0", "logit_lens", "heads", "sinks", "stream_size", "confidence", "routing"]
 

@@ -39,8 +39,8 @@ def test_published_layout_loads_the_text_model(engine35, q35, capsys):
     assert raw["model_type"] == "qwen3_5" and raw["text_config"]["model_type"] == "qwen3_5_text"
     q = engine35()
     assert q.config.layer_types.count("linear_attention") == 4 and q.config.rotary_dim == 8
-    assert [layer.block.__name__ for layer in q.weights.layers] == (
-        ["gated_deltanet_layer"] * 3 + ["gated_attention_layer", "gated_deltanet_layer"])
+    assert [layer.mixer.__name__ for layer in q.weights.layers] == (
+        ["gated_deltanet"] * 3 + ["gated_attention", "gated_deltanet"])
     assert q.weights.lm_head is q.weights.embed_tokens
     assert q.weights.norm.dtype == torch.float32  # zero-centred norms kept as 1 + w
     capsys.readouterr()

@@ -37,7 +37,7 @@ def assert_trace_equals_reference(q, model, ids):
     for i in range(L):  # transformers' last entry is after the final norm
         torch.testing.assert_close(traced.hidden[i], out.hidden_states[i], atol=ATOL, rtol=0)
         torch.testing.assert_close(traced.attention[i], out.attentions[i], atol=ATOL, rtol=0)
-    torch.testing.assert_close(q.rms_norm(traced.hidden[L], q.weights.norm), out.hidden_states[L], atol=ATOL, rtol=0)
+    torch.testing.assert_close(q.rms_norm(traced.hidden[L], q.weights.norm, q.config.rms_norm_eps), out.hidden_states[L], atol=ATOL, rtol=0)
     torch.testing.assert_close(traced.logits, out.logits, atol=ATOL, rtol=0)
     assert sorted(traced.experts) == sorted(traced.gates) == sorted(routes)
     for i, (gates, experts) in routes.items():
