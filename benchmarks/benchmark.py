@@ -378,7 +378,7 @@ def dense_rows(a, device):
     if "decode_b1_long" in results:
         report["decode_b1_long_tokens_per_s"], report["long_context"] = results["decode_b1_long"], LONG_CONTEXT
     report["compile_seconds"] = {name: {f"batch {k[0]}, cache {k[1]}, {k[-1]} slots read": v
-                                        for k, v in qc[f"notebook{w}_compiled"].COMPILE_SECONDS.items()}
+                                        for k, v in qc[f"notebook{w}_compiled"].COMPILED["seconds"].items()}
                                  for name, w, _ in WEIGHTS if f"notebook{w}_compiled" in qc}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

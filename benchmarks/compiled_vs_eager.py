@@ -58,7 +58,7 @@ def row(mode, quant, new_tokens, runs):
         phases = dict(sorted(((n, float(v)) for n, v in zip(names, values)), key=lambda p: -p[1])[:8])
     return {"mode": mode, "quant": quant, "tokens_per_s": sorted(speeds), "first_call_s": first, "phases": phases,
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "failed_compile": q.COMPILE_FAILED if mode == "compiled" else None, "weights": weights_kind(q)}
+            "failed_compile": q.COMPILED.get("failed") if mode == "compiled" else None, "weights": weights_kind(q)}
 
 
 def main():

@@ -123,11 +123,11 @@ def recorded(checkpoints):
     q = load_engine(checkpoints("tiny"), device=TEST_DEVICE, dtype="float32", QWEN3_COMPILE="on")
     calls = []
 
-    def compiled(ids, slot, cache, *how):
-        calls.append((ids.is_contiguous(), how))
-        return q.static_decode_step(ids, slot, cache, *how)
+    def compiled(ids, slot, cache, keys):
+        calls.append((ids.is_contiguous(), keys))
+        return q.static_logits(ids, slot, cache, keys)
     q.compiled_decode_step = compiled
-    q.COMPILED_FROM["compiled_decode_step"] = compiled
+    q.COMPILED["source"]["compiled_decode_step"] = compiled
     return q, calls
 
 
@@ -136,13 +136,13 @@ def test_a_failed_compile_decodes_eagerly_and_says_why_once(recorded, engine, ca
 
     def fails(*args):
         raise RuntimeError("InductorError: LoweringException: no C++ compiler\nmore detail")
-    q.compiled_decode_step = q.COMPILED_FROM["compiled_decode_step"] = fails
+    q.compiled_decode_step = q.COMPILED["source"]["compiled_decode_step"] = fails
     prompt = random_ids(1, 9, seed=1).tolist()
     for _ in range(2):
         assert q.generate(prompt, 12).tokens == engine().generate(prompt, 12).tokens
     said = capsys.readouterr().out
     assert said.count("decode eagerly from here on") == 1 and "LoweringException: no C++ compiler" in said
-    assert q.COMPILE_FAILED and not q.COMPILE_SECONDS
+    assert q.COMPILED["failed"] and not q.COMPILED["seconds"]
 
 
 def test_a_swapped_function_decodes_eagerly(recorded, engine):
@@ -153,24 +153,23 @@ def test_a_swapped_function_decodes_eagerly(recorded, engine):
     q.generate(prompt, 6)
     assert len(calls) == 5
     drawn = []
-    with q.swapped(sample=lambda logits, *how: drawn.append(1) or logits.argmax(dim=-1)):
+    with q.swapped(sample=lambda logits, **how: drawn.append(1) or logits.argmax(dim=-1)):
         assert q.generate(prompt, 6).tokens == engine().generate(prompt, 6).tokens
     assert len(calls) == 5 and len(drawn) == 6  # the prefill's token and 5 eager steps, all through `sample`
     q.generate(prompt, 6)
     assert len(calls) == 10
 
 
-def test_greedy_compiles_one_graph_whatever_top_k_and_the_inputs_layout(recorded):
-    """temperature 0: top_k and top_p change nothing, so they key no new graph; a speculative step's strided
-    ids are made contiguous (another layout would compile again)."""
+def test_sampling_settings_compile_no_graph_and_strided_ids_are_made_contiguous(recorded):
+    """The compiled step computes logits only: sampling (sample(), eager, after it) keys no new graph, greedy
+    or sampled; a speculative step's strided ids are made contiguous (another layout would compile again)."""
     q, calls = recorded
     prompt = random_ids(1, 9, seed=3).tolist()
     q.generate(prompt, 6, top_k=5)
-    q.generate(prompt, 6, top_p=0.5)
+    q.generate(prompt, 6, temperature=0.7, top_p=0.5, min_p=0.1, seed=0)
     q.generate([prompt[0] * 2] * 2, 12, speculate=4)  # repeated prompts: drafts accepted, rows strided
-    assert sorted(k[:2] for k in q.COMPILE_SECONDS) == [(1, 128), (2, 128)]  # batch 1, then 2: one graph each
-    assert all(contiguous for contiguous, _ in calls)
-    assert {how[:3] for _, how in calls} == {(0.0, 0, 1.0)}  # (how[3]: the slots read)
+    assert sorted(k[:2] for k in q.COMPILED["seconds"]) == [(1, 128), (2, 128)]  # batch 1, then 2: one graph each
+    assert all(contiguous for contiguous, _ in calls) and {keys for _, keys in calls} == {128}
 
 
 def test_the_step_reads_the_filled_part_of_the_cache_in_at_most_four_lengths(recorded, engine):
@@ -179,9 +178,9 @@ def test_the_step_reads_the_filled_part_of_the_cache_in_at_most_four_lengths(rec
     q, calls = recorded
     prompt = random_ids(1, 9, seed=5).tolist()
     assert q.generate(prompt, 150).tokens == engine().generate(prompt, 150).tokens
-    reads = [how[3] for _, how in calls]
+    reads = [keys for _, keys in calls]
     assert reads == sorted(reads) and set(reads) == {128, 256} and reads.count(128) == 128 - 9
-    assert sorted(k[-1] for k in q.COMPILE_SECONDS) == [128, 256]
+    assert sorted(k[-1] for k in q.COMPILED["seconds"]) == [128, 256]
 
 
 @pytest.mark.parametrize("quant", ["int8", "int4"])
@@ -196,4 +195,4 @@ def test_quantized_weights_compile_through_aten_s_fused_kernels(checkpoints, qua
                         QWEN3_COMPILE="off")
     prompt = random_ids(1, 9, seed=4).tolist()
     assert q.generate(prompt, 10).tokens == eager.generate(prompt, 10).tokens
-    assert not q.COMPILE_FAILED and len(q.COMPILE_SECONDS) == 1
+    assert not q.COMPILED["failed"] and len(q.COMPILED["seconds"]) == 1

@@ -221,16 +221,22 @@ def test_anchor_links_resolve():
     assert not {a for to, a in re.findall(link % "", readme)} - own  # README's own sections, GitHub's slugs
 
 
-def test_generation_functions_take_at_most_8_parameters_and_choose_their_step_once(engine):
+def test_generation_functions_take_at_most_9_parameters_and_run_one_step_chosen_once(engine):
+    """generate's ninth is min_p (issue 52: a sampling setting added by the sampling function and the signatures);
+    _generate is handed its step and uses no name a later cell defines."""
     import inspect
     q = engine()
     for f in (q.generate, q.chat, q.ChatSession.ask, q.ChatSession.respond, q.ChatSession._reply):
-        assert len(inspect.signature(f).parameters) <= 8 + ("self" in inspect.signature(f).parameters), f
-    assert "compiled" in inspect.signature(q._generate).parameters  # the compiled step: passed in, not a global
-    cell = next(c for c in map("".join, (c["source"] for c in cells())) if "\ndef _generate(" in c)
-    body = re.search(r"^def _generate\(.*?(?=^\S)", cell + "\n#", re.S | re.M).group(0)
+        assert len(inspect.signature(f).parameters) <= 9 + ("self" in inspect.signature(f).parameters), f
+    assert {"step", "draw"} <= set(inspect.signature(q._generate).parameters)  # handed in, chosen by the caller
+    sources = ["".join(c["source"]) for c in cells() if c["cell_type"] == "code" and "demo" not in c["metadata"].get("tags", [])]
+    at = next(i for i, c in enumerate(sources) if "\ndef _generate(" in c)
+    body = re.search(r"^def _generate\(.*?(?=^\S)", sources[at] + "\n#", re.S | re.M).group(0)
     loop = body.split("while True:")[1]
     assert "COMPILED" not in body and "speculate" not in loop and "step(" in loop  # chosen before the loop
+    later = top_level_names(sources[at + 1:]) - top_level_names(sources[:at + 1])
+    used = {n.id for n in ast.walk(ast.parse(sources[at])) if isinstance(n, ast.Name)}
+    assert not used & later, used & later  # the generation cell uses no name a later cell defines
 
 
 def test_loading_cells_are_folded_plumbing_and_the_markdown_fits_a_sitting():
@@ -306,7 +312,7 @@ def places_written(sources):
     return written
 
 
-def test_at_most_three_stores_are_written_from_more_than_one_place():
+def test_at_most_two_stores_are_written_from_more_than_one_place():
     sources = [s for p in range(1, 9) for s in engine_source(p)]
     defined_in = {}  # module-level data -> the cell that first assigns it (its definition, not a later write)
     for cell, source in enumerate(sources):
@@ -315,4 +321,5 @@ def test_at_most_three_stores_are_written_from_more_than_one_place():
     written = places_written(sources)
     shared = sorted(n for n, places in written.items() if n in defined_in
                     and len(places - {(defined_in[n], None)}) > 1)
-    assert len(shared) <= 3, shared  # OBSERVERS (trace), COMPILED (Part 6); a layer set through a loop variable is not followed
+    assert len(shared) <= 2, shared  # COMPILED (Part 6's state, in one dict); a layer set through a loop variable is not followed
+    assert "OBSERVERS" not in shared  # changed only through the observing() context manager
