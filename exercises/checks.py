@@ -59,6 +59,8 @@ METHODS = {"store": "KVCache"}  # exercise functions that are methods in the not
 BF16, F32 = torch.bfloat16, torch.float32
 PAYOFF = 16
 PROMPT = "Give me a short introduction to large language models."
+DEVICE_HINT = ("Make new tensors on `device` (or on an input's .device, as pad.device): a tensor made on the CPU by "
+               "default fails on a GPU. This case runs on torch's meta device to show it on any machine.")
 PAYOFF_NOT_WRITTEN = (f"not written yet: write any of exercises 1-{PAYOFF - 1} first; this cell then runs the real "
                       "model on your functions (the notebook's for the rest)")
 
@@ -203,13 +205,15 @@ def gap(mine, theirs):
     """The largest difference of two comparable values (for integers and booleans: how many differ)."""
     if not isinstance(theirs, torch.Tensor):
         return 0.0 if mine == theirs else math.inf
+    if theirs.is_meta:  # no values: only where it lives, its shape and dtype count
+        return 0.0
     d = differences(mine, theirs)
     return (d.sum() if not theirs.is_floating_point() else d.max() if d.numel() else d.new_zeros(())).item()
 
 
 def where(mine, theirs):
     """' at [i, j]: yours ..., the notebook's ...': where two tensors differ most."""
-    if not isinstance(theirs, torch.Tensor) or mismatch(mine, theirs) or theirs.numel() == 0:
+    if not isinstance(theirs, torch.Tensor) or mismatch(mine, theirs) or theirs.numel() == 0 or theirs.is_meta:
         return ""
     d = differences(mine, theirs)
     flat, at = int(d.argmax()), []
@@ -223,7 +227,7 @@ def where(mine, theirs):
 
 def rounding(value):
     """What a right answer may differ by at least: 1e-5 of the scale in float32, 2^-6 in bf16."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() == 0:
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() == 0 or value.is_meta:
         return 0.0
     scale = 1 + value.double().nan_to_num(nan=0, posinf=0, neginf=0).abs().max().item()
     return scale * (2 ** -6 if value.dtype in (torch.bfloat16, torch.float16) else 1e-5)
@@ -244,6 +248,7 @@ class Case:
     build: Callable            # (lab, dtype) -> Call
     dtype: torch.dtype = F32   # the model dtype; in bf16 the tolerance is measured (the notebook's spread)
     output: Callable = None    # (result, args after the call, tokens per forward pass) -> what is compared
+    device: str = "cpu"        # "meta": a device without values, where a tensor made on the CPU shows
 
 
 @dataclass
@@ -299,6 +304,7 @@ SCENARIOS = {
     "one token, decoding": ((0, 2), 7, 1),
 }
 PREFIX = "a chunk after a cached prefix"
+ON_DEVICE = "new tensors on `device`"
 
 
 def recorded(target, scenario, layer=1, change=None):
@@ -358,7 +364,8 @@ def silu_of_product(lab, x, layer):
 def mask_from(rule):
     """A mask made by `rule(query slot (T, 1), key slot (L,), pad (B, 1, 1))` -> (B, T, L)."""
     def attention_mask(pad, start_pos, T, L):
-        return rule(start_pos + torch.arange(T)[:, None], torch.arange(L), pad[:, None, None])[:, None, None]
+        slot = functools.partial(torch.arange, device=pad.device)
+        return rule(start_pos + slot(T)[:, None], slot(L), pad[:, None, None])[:, None, None]
     return attention_mask
 
 
@@ -560,12 +567,8 @@ def greedy_case(rows, prompt_len, new, seed, stop_row=None):
 
 # ---------------------------------------------------------------- the ladder
 
-def M(name, fix, function, make):
-    """A mistake; make: a function of (lab, *args) or lab -> function."""
-    return Mistake(name, fix, function, make)
-
-
 def made_by(fn):
+    """A mistake's make: fn(lab, *args), a mistaken function written here."""
     return lambda lab: functools.partial(fn, lab)
 
 
@@ -584,17 +587,17 @@ def ladder():
             Case("per-head weights (6, 16)", "rms_norm", rms_case((2, 3, 6, 16), (6, 16), seed=5)),
             Case("bf16", "rms_norm", rms_case((2, 5, 48), (48,), seed=6), BF16),
         ], (
-            M("epsilon outside the square root: x / (sqrt(mean(x^2)) + eps)",
+            Mistake("epsilon outside the square root: x / (sqrt(mean(x^2)) + eps)",
               "eps goes under the root: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)", "rms_norm",
               made_by(rms_eps_outside_root)),
-            M("the mean subtracted first: that is LayerNorm, not RMSNorm",
+            Mistake("the mean subtracted first: that is LayerNorm, not RMSNorm",
               "RMSNorm only divides by the root mean square; it subtracts nothing", "rms_norm",
               ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(
                   x.float() - x.float().mean(-1, keepdim=True), weight, eps).to(x.dtype))),
-            M("the weight applied as (1 + weight), as Gemma's norms (and Qwen3.5's own) do",
+            Mistake("the weight applied as (1 + weight), as Gemma's norms (and Qwen3.5's own) do",
               "Qwen3 multiplies by the weight itself", "rms_norm",
               ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, 1 + weight, eps))),
-            M("the eps argument ignored (a fixed 1e-6, or the config's)",
+            Mistake("the eps argument ignored (a fixed 1e-6, or the config's)",
               "use the eps passed in: the model passes its config's rms_norm_eps (SmolLM2's is 1e-5)",
               "rms_norm", ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, weight, 1e-6))),
         )),
@@ -604,17 +607,18 @@ def ladder():
             Case("Qwen3's: 128, 1e6", "rope_frequencies", lambda lab, dtype: Call((128, 1e6))),
             Case("head_dim 64, theta 10000", "rope_frequencies", lambda lab, dtype: Call((64, 10000.0))),
             Case("a bf16 model (still float32)", "rope_frequencies", lambda lab, dtype: Call((32, 5e5)), BF16),
+            Case(ON_DEVICE, "rope_frequencies", lambda lab, dtype: Call((16, 1e6)), device="meta"),
         ], (
-            M("rope_theta fixed at 10000 (older models') instead of the theta passed in",
+            Mistake("rope_theta fixed at 10000 (older models') instead of the theta passed in",
               "use theta: Qwen3's config says rope_theta = 1e6", "rope_frequencies",
               ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, 10000.0))),
-            M("one frequency per dimension, arange(head_dim), not one per pair",
+            Mistake("one frequency per dimension, arange(head_dim), not one per pair",
               "head_dim / 2 of them: torch.arange(0, head_dim, 2) / head_dim", "rope_frequencies",
               ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(2 * head_dim, theta))),
-            M("theta^(+2i/d), the minus (or the 1 / ...) missing: the angles grow with i",
+            Mistake("theta^(+2i/d), the minus (or the 1 / ...) missing: the angles grow with i",
               "theta_i = 1 / theta^(2i/d): pair 0 turns fastest, 1 radian per position", "rope_frequencies",
               ref_fn(lambda ref, head_dim, theta: 1 / ref.rope_frequencies(head_dim, theta))),
-            M("the frequencies cast to the model dtype",
+            Mistake("the frequencies cast to the model dtype",
               "keep them float32: in bf16 the angles are far off at long positions", "rope_frequencies",
               ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, theta).to(ref.dtype))),
         )),
@@ -628,16 +632,16 @@ def ladder():
             Case("bf16 at 30000..", "rope_cos_sin", rope_case(positions(range(30000, 30004)), 128, scale=1.25),
                  BF16),
         ], (
-            M("angles interleaved (0, 0, 1, 1, ...), not two halves (0, 1, ..., 0, 1, ...)",
+            Mistake("angles interleaved (0, 0, 1, 1, ...), not two halves (0, 1, ..., 0, 1, ...)",
               "torch.cat([angles, angles], dim=-1): dimensions i and i + d/2 share an angle", "rope_cos_sin",
               lambda lab: lab.ref.rope_cos_sin_interleaved),
-            M("angles computed in the model dtype (bf16): far off at long positions",
+            Mistake("angles computed in the model dtype (bf16): far off at long positions",
               "positions[..., None].float() * frequencies; cast only cos and sin", "rope_cos_sin",
               made_by(rope_angles_in_bf16)),
-            M("cos and sin left in float32: q and k silently become float32",
+            Mistake("cos and sin left in float32: q and k silently become float32",
               "return them .to(dtype), the model dtype", "rope_cos_sin",
               lambda lab: lab.ref.rope_cos_sin_left_in_float32),
-            M("the scale left out", "multiply cos and sin by scale (YaRN's attention factor; 1.0 without YaRN)",
+            Mistake("the scale left out", "multiply cos and sin by scale (YaRN's attention factor; 1.0 without YaRN)",
               "rope_cos_sin", ref_fn(lambda ref, positions, frequencies, scale=1.0: ref.rope_cos_sin(
                   positions, frequencies))),
         )),
@@ -650,12 +654,12 @@ def ladder():
             Case("positions 200..", "apply_rope", apply_rope_case(positions(range(200, 203)), seed=2)),
             Case("bf16", "apply_rope", apply_rope_case(positions(range(5), range(5)), seed=3), BF16),
         ], (
-            M(neighbours, halves, "rotate_half", lambda lab: lab.ref.rotate_interleaved),
-            M(wrong_way, halves, "rotate_half", ref_fn(lambda ref, x: -ref.rotate_half(x))),
-            M(neighbours, halves, "apply_rope", lambda lab: lambda x, cos, sin: lab.call_with(
+            Mistake(neighbours, halves, "rotate_half", lambda lab: lab.ref.rotate_interleaved),
+            Mistake(wrong_way, halves, "rotate_half", ref_fn(lambda ref, x: -ref.rotate_half(x))),
+            Mistake(neighbours, halves, "apply_rope", lambda lab: lambda x, cos, sin: lab.call_with(
                 lab.ref.apply_rope, (x, cos, sin), rotate_half=lab.ref.rotate_interleaved)),
-            M(wrong_way, halves, "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, cos, -sin))),
-            M("cos and sin swapped: x * sin + rotate_half(x) * cos", "x * cos + rotate_half(x) * sin",
+            Mistake(wrong_way, halves, "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, cos, -sin))),
+            Mistake("cos and sin swapped: x * sin + rotate_half(x) * cos", "x * cos + rotate_half(x) * sin",
               "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, sin, cos))),
         )),
         Exercise(5, "SiLU", ("silu",), 5, "SiLU and the SwiGLU MLP", lambda lab: [
@@ -663,9 +667,9 @@ def ladder():
             Case("large |x|: -300 .. 300", "silu", lambda lab, dtype: Call((torch.linspace(-300, 300, 61),))),
             Case("bf16", "silu", tensor_case(3, 40, scale=4, seed=1), BF16),
         ], (
-            M("the sigmoid alone, sigma(x), not x * sigma(x)", "SiLU(x) = x * sigma(x) = x / (1 + e^-x)", "silu",
+            Mistake("the sigmoid alone, sigma(x), not x * sigma(x)", "SiLU(x) = x * sigma(x) = x / (1 + e^-x)", "silu",
               lambda lab: lambda x: (1 / (1 + torch.exp(-x.float()))).to(x.dtype)),
-            M("sigma(x) as e^x / (1 + e^x): inf / inf = NaN for large x",
+            Mistake("sigma(x) as e^x / (1 + e^x): inf / inf = NaN for large x",
               "x / (1 + torch.exp(-x)): e^-x overflows only where the result is 0 anyway", "silu",
               lambda lab: lambda x: (x.float() * x.float().exp() / (1 + x.float().exp())).to(x.dtype)),
         )),
@@ -674,13 +678,13 @@ def ladder():
             Case("one token", "mlp", mlp_case(1, 1)),
             Case("bf16", "mlp", mlp_case(5, 2), BF16),
         ], (
-            M("gate and up swapped: SiLU on the up half",
+            Mistake("gate and up swapped: SiLU on the up half",
               "gate_up_proj stacks gate_proj, then up_proj: gate, up = linear(x, ...).chunk(2, dim=-1)", "mlp",
               ref_fn(lambda ref, x, layer: ref.mlp(x, dataclasses.replace(
                   layer, gate_up_proj=torch.cat(layer.gate_up_proj.chunk(2)[::-1]))))),
-            M("SiLU of the product, SiLU(gate * up)", "only the gate goes through SiLU: SiLU(gate) * up", "mlp",
+            Mistake("SiLU of the product, SiLU(gate * up)", "only the gate goes through SiLU: SiLU(gate) * up", "mlp",
               made_by(silu_of_product)),
-            M("no SiLU at all: gate * up", "SiLU(gate) * up", "mlp",
+            Mistake("no SiLU at all: gate * up", "SiLU(gate) * up", "mlp",
               lambda lab: lambda x, layer: lab.call_with(lab.ref.mlp, (x, layer), silu=lambda t: t)),
         )),
         Exercise(7, "A stable softmax", ("softmax",), 5, "Softmax", lambda lab: [
@@ -691,13 +695,13 @@ def ladder():
             Case("(2, 3, 5): the last axis", "softmax", tensor_case(2, 3, 5, seed=3)),
             Case("bf16 scores", "softmax", tensor_case(3, 7, scale=2, seed=4), BF16),
         ], (
-            M("the maximum not subtracted: e^1000 overflows, inf / inf = NaN",
+            Mistake("the maximum not subtracted: e^1000 overflows, inf / inf = NaN",
               "subtract x.amax(dim=-1, keepdim=True) before exp (the result is the same, and never overflows)",
               "softmax", lambda lab: lambda x: x.float().exp() / x.float().exp().sum(-1, keepdim=True)),
-            M("along an axis other than the last", "dim=-1: each row of scores sums to 1", "softmax",
+            Mistake("along an axis other than the last", "dim=-1: each row of scores sums to 1", "softmax",
               lambda lab: [lambda x: lab.ref.softmax(x.transpose(0, -1)).transpose(0, -1),
                            lambda x: lab.ref.softmax(x.transpose(1, -1)).transpose(1, -1)]),
-            M("left in the scores' dtype (bf16)", "compute and return float32: x = x.float() first", "softmax",
+            Mistake("left in the scores' dtype (bf16)", "compute and return float32: x = x.float() first", "softmax",
               lambda lab: lambda x: lab.ref.softmax(x).to(x.dtype)),
         )),
         Exercise(8, "The causal and padding mask", ("attention_mask",), 15, "Masks and grouped-query attention",
@@ -707,18 +711,19 @@ def ladder():
             Case("a chunk after a cached prefix", "attention_mask", mask_case([0, 2], 4, 3, 7)),
             Case("one token, decoding", "attention_mask", mask_case([1, 0], 6, 1, 7)),
             Case("keys past the chunk (L > start_pos + T)", "attention_mask", mask_case([0, 3], 2, 2, 6)),
+            Case(ON_DEVICE, "attention_mask", mask_case([0, 2], 4, 3, 7), device="meta"),
         ], (
-            M("off by one: a query cannot see itself (j < t, not j <= t)",
+            Mistake("off by one: a query cannot see itself (j < t, not j <= t)",
               "key slot <= query slot: a token attends to itself too", "attention_mask",
               lambda lab: mask_from(lambda q, k, pad: (k < q) & (k >= pad))),
-            M("off by one: a query sees the next slot (j <= t + 1)", "key slot <= query slot", "attention_mask",
+            Mistake("off by one: a query sees the next slot (j <= t + 1)", "key slot <= query slot", "attention_mask",
               lambda lab: mask_from(lambda q, k, pad: (k <= q + 1) & (k >= pad) | (k == q))),
-            M("start_pos left out: query t taken to sit in slot t",
+            Mistake("start_pos left out: query t taken to sit in slot t",
               "query t of the chunk sits in slot start_pos + t", "attention_mask",
               ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(pad, 0, T, L))),
-            M("the left padding not masked", "hide key slots j < pad[b] from row b", "attention_mask",
+            Mistake("the left padding not masked", "hide key slots j < pad[b] from row b", "attention_mask",
               ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(torch.zeros_like(pad), start_pos, T, L))),
-            M("a padding query sees no key: its scores are all -inf, 0/0 = NaN",
+            Mistake("a padding query sees no key: its scores are all -inf, 0/0 = NaN",
               "let every query see its own slot too: ... | (key_slot == query_slot)", "attention_mask",
               lambda lab: mask_from(lambda q, k, pad: (k <= q) & (k >= pad))),
         )),
@@ -728,16 +733,16 @@ def ladder():
             Case("large scores (q x 30)", "attention",
                  recorded("attention", "left padding", change=lambda q, k, v, mask: (q * 30, k, v, mask))),
         ], (
-            M("key-value heads repeated in the wrong order: .repeat, not .repeat_interleave",
+            Mistake("key-value heads repeated in the wrong order: .repeat, not .repeat_interleave",
               "query head h uses KV head h // n_rep: k.repeat_interleave(n_rep, dim=1)", "attention",
               made_by(attention_kv_repeated)),
-            M("scores scaled by 1 / hd, not 1 / sqrt(hd)", "multiply q k^T by hd ** -0.5", "attention",
+            Mistake("scores scaled by 1 / hd, not 1 / sqrt(hd)", "multiply q k^T by hd ** -0.5", "attention",
               ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** -0.5, k, v, mask))),
-            M("scores not scaled", "multiply q k^T by hd ** -0.5", "attention",
+            Mistake("scores not scaled", "multiply q k^T by hd ** -0.5", "attention",
               ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** 0.5, k, v, mask))),
-            M("the mask not applied", "scores.masked_fill(~mask, -inf) before the softmax", "attention",
+            Mistake("the mask not applied", "scores.masked_fill(~mask, -inf) before the softmax", "attention",
               ref_fn(lambda ref, q, k, v, mask: ref.attention(q, k, v, torch.ones_like(mask)))),
-            M("heads and tokens mixed up: (B, H, T, hd) reshaped to (B, T, H * hd) without the transpose",
+            Mistake("heads and tokens mixed up: (B, H, T, hd) reshaped to (B, T, H * hd) without the transpose",
               "transpose(1, 2) to (B, T, H, hd) first, then reshape", "attention", made_by(attention_heads_mixed)),
         )),
         Exercise(10, "QK-norm", ("qk_norm_rope",), 10, "The attention layer", lambda lab: [
@@ -745,23 +750,25 @@ def ladder():
             Case("a Llama: qk_norm None", "qk_norm_rope", recorded(
                 "qk_norm_rope", "left padding", change=lambda qk, qk_norm, cos, sin: (qk, None, cos, sin))),
         ], (
-            M("QK-norm after RoPE, not before", "norm first, then rotate: apply_rope(rms_norm(qk, ...), cos, sin)",
+            Mistake("QK-norm after RoPE, not before",
+                    "norm first, then rotate: apply_rope(rms_norm(qk, ...), cos, sin)",
               "qk_norm_rope", lambda lab: lab.ref.qk_norm_after_rope),
-            M("QK-norm missing: RoPE only", "rms_norm(qk, qk_norm, config.rms_norm_eps) before RoPE (when not None)",
+            Mistake("QK-norm missing: RoPE only",
+                    "rms_norm(qk, qk_norm, config.rms_norm_eps) before RoPE (when not None)",
               "qk_norm_rope", ref_fn(lambda ref, qk, qk_norm, cos, sin: ref.apply_rope(qk, cos, sin))),
-            M("RoPE missing: the norm only", "apply_rope(normed, cos, sin) after the norm", "qk_norm_rope",
+            Mistake("RoPE missing: the norm only", "apply_rope(normed, cos, sin) after the norm", "qk_norm_rope",
               made_by(qk_norm_without_rope)),
-            M("one RMSNorm over all the heads together, not one per head",
+            Mistake("one RMSNorm over all the heads together, not one per head",
               "norm over the last axis (hd) of qk (B, T, heads, hd), weight qk_norm (heads, hd)", "qk_norm_rope",
               made_by(qk_norm_all_heads)),
         )),
         Exercise(11, "The attention layer", ("self_attention",), 20, "The attention layer", lambda lab: [
             *recorded_cases("self_attention", with_cache(3, 2)),
         ], (
-            M("keys cached before QK-norm and RoPE (only the queries normed and rotated)",
+            Mistake("keys cached before QK-norm and RoPE (only the queries normed and rotated)",
               "qk_norm_rope on queries and keys together, then store those keys", "self_attention",
               made_by(keys_cached_raw)),
-            M("the layer index ignored: every layer's keys and values written to layer 0",
+            Mistake("the layer index ignored: every layer's keys and values written to layer 0",
               "cache.store(i, ...): layer i's slots", "self_attention",
               lambda lab: lambda x, layer, i, *rest: lab.ref.self_attention(x, layer, 0, *rest)),
         )),
@@ -769,50 +776,53 @@ def ladder():
                  "The decoder layer, the KV cache and the forward pass", lambda lab: [
             *recorded_cases("decoder_layer"),
         ], (
-            M("post-norm: RMSNorm after adding the residual (the 2017 Transformer's order)",
+            Mistake("post-norm: RMSNorm after adding the residual (the 2017 Transformer's order)",
               "pre-norm: norm the sublayer's input, add its output to the stream as it was", "decoder_layer",
               made_by(post_norm_layer)),
-            M("the residual taken from the normed stream: h = norm(x) + mixer(norm(x))",
+            Mistake("the residual taken from the normed stream: h = norm(x) + mixer(norm(x))",
               "h = x + mixer(norm(x)): the stream itself is never normed", "decoder_layer",
               made_by(residual_from_normed)),
-            M("the feed-forward reads x, not h", "feed_forward(rms_norm(h, layer.post_attention_layernorm))",
+            Mistake("the feed-forward reads x, not h", "feed_forward(rms_norm(h, layer.post_attention_layernorm))",
               "decoder_layer", made_by(feed_forward_reads_x)),
-            M("the two norms swapped", "input_layernorm before the mixer, post_attention_layernorm before the "
+            Mistake("the two norms swapped", "input_layernorm before the mixer, post_attention_layernorm before the "
               "feed-forward", "decoder_layer", made_by(norms_swapped)),
         )),
         Exercise(13, "Writing the KV cache", ("store",), 10, "The decoder layer, the KV cache and the forward pass",
                  lambda lab: [*recorded_cases("store", with_cache(0))], (
-            M("written at slot 0, not start_pos: each chunk overwrites the first slots",
+            Mistake("written at slot 0, not start_pos: each chunk overwrites the first slots",
               "slots start_pos .. start_pos + T - 1", "store", made_by(store_at(lambda s: 0))),
-            M("written one slot late (start_pos + 1)", "the chunk's first token goes to slot start_pos", "store",
+            Mistake("written one slot late (start_pos + 1)", "the chunk's first token goes to slot start_pos", "store",
               made_by(store_at(lambda s: s + 1))),
-            M("the whole cache returned, not its first L slots", "return self.k[i][:, :, :L], self.v[i][:, :, :L]",
+            Mistake("the whole cache returned, not its first L slots",
+                    "return self.k[i][:, :, :L], self.v[i][:, :, :L]",
               "store", made_by(store_then(lambda cache, i, k, v, s, L: (cache.k[i], cache.v[i])))),
-            M("only the chunk returned: the cached prefix is lost",
+            Mistake("only the chunk returned: the cached prefix is lost",
               "return the first L slots of the cache: the prefix and the chunk", "store",
               made_by(store_then(lambda cache, i, k, v, s, L: (k.transpose(1, 2), v.transpose(1, 2))))),
         )),
         Exercise(14, "The forward pass", ("forward_hidden", "lm_head"), 20,
                  "The decoder layer, the KV cache and the forward pass", lambda lab: [
             *recorded_cases("forward_hidden", real_tokens),
+            Case(ON_DEVICE, "forward_hidden", recorded("forward_hidden", PREFIX), output=real_tokens, device="meta"),
             Case("logits (2, 5, V)", "lm_head", lm_head_case(5)),
             Case("untied lm_head", "lm_head", lm_head_case(3, tied=False, seed=1)),
             Case("bf16: float32 logits", "lm_head", lm_head_case(1, seed=2), BF16),
         ], (
-            M("RoPE's positions ignore the left padding", "positions = start_pos + t - cache.pad[b], clamped at 0",
-              "forward_hidden", made_by(positions_as(lambda s, T, pad: s + torch.arange(T)))),
-            M("RoPE's positions restart at 0 in each chunk (start_pos left out)",
+            Mistake("RoPE's positions ignore the left padding",
+                    "positions = start_pos + t - cache.pad[b], clamped at 0",
+              "forward_hidden", made_by(positions_as(lambda s, T, pad: s + torch.arange(T, device=pad.device)))),
+            Mistake("RoPE's positions restart at 0 in each chunk (start_pos left out)",
               "positions = start_pos + t - cache.pad[b], clamped at 0", "forward_hidden",
-              made_by(positions_as(lambda s, T, pad: (torch.arange(T) - pad).clamp(min=0)))),
-            M("the final RMSNorm left out", "rms_norm(x, weights.norm, config.rms_norm_eps) after the last layer",
+              made_by(positions_as(lambda s, T, pad: (torch.arange(T, device=pad.device) - pad).clamp(min=0)))),
+            Mistake("the final RMSNorm left out", "rms_norm(x, weights.norm, config.rms_norm_eps) after the last layer",
               "forward_hidden", made_by(without_final_norm)),
-            M("every layer reads the embeddings, not the previous layer's output",
+            Mistake("every layer reads the embeddings, not the previous layer's output",
               "x = decoder_layer(x, ...): each layer's output is the next one's input", "forward_hidden",
               made_by(layers_read_embeddings)),
-            M("the embedding matrix used as lm_head where the config says untied",
+            Mistake("the embedding matrix used as lm_head where the config says untied",
               "linear(hidden, weights.lm_head): its own matrix when config.tie_word_embeddings is False", "lm_head",
               ref_fn(lambda ref, hidden: ref.linear(hidden, ref.weights.embed_tokens).float())),
-            M("logits left in the model dtype", "return them .float(): sampling and comparisons want float32",
+            Mistake("logits left in the model dtype", "return them .float(): sampling and comparisons want float32",
               "lm_head", ref_fn(lambda ref, hidden: ref.lm_head(hidden).to(hidden.dtype))),
         )),
         Exercise(15, "The greedy loop with the cache", ("greedy",), 15, "A minimal greedy loop", lambda lab: [
@@ -824,17 +834,17 @@ def ladder():
                  output=tokens_and_cache_use),
             Case("bf16", "greedy", greedy_case(2, 5, 6, seed=3), BF16, output=tokens_and_cache_use),
         ], (
-            M("the cache unused: every step runs the whole sequence again",
+            Mistake("the cache unused: every step runs the whole sequence again",
               "after the prompt, feed only the new token: forward(next[:, None], cache, T + step)", "greedy",
               made_by(greedy_with_forward(forward_ignoring_cache))),
-            M("the first position's logits, not the last", "logits[:, -1]: the prediction after the last token",
+            Mistake("the first position's logits, not the last", "logits[:, -1]: the prediction after the last token",
               "greedy", made_by(greedy_with_forward(lambda forward: lambda *a, **k: forward(*a, **k)[:, :1]))),
-            M("decode steps one slot early (start_pos T + step - 1): each token overwrites the one before",
+            Mistake("decode steps one slot early (start_pos T + step - 1): each token overwrites the one before",
               "the token generated at step s goes to slot T + s", "greedy",
               made_by(greedy_with_forward(forward_one_slot_early))),
-            M("the stop ids ignored", "stop once every row has produced one of config.stop_ids", "greedy",
+            Mistake("the stop ids ignored", "stop once every row has produced one of config.stop_ids", "greedy",
               made_by(greedy_ignoring_stops)),
-            M("stops as soon as any row has produced a stop id", "stop once every row has (done.all())",
+            Mistake("stops as soon as any row has produced a stop id", "stop once every row has (done.all())",
               "greedy", made_by(greedy_stopping_at_any_row)),
         )),
         Exercise(PAYOFF, "Your model talks", (), 5, "Part 5 · Running it"),
@@ -900,6 +910,9 @@ def error_text(error):
 
 # ---------------------------------------------------------------- the lab: a learner's namespace and its checks
 
+READ = {}  # (notebook, its modification time) -> its Part 2's namespace, names, the toy model and recorded cases
+
+
 class Lab:
     """The learner's namespace (the exercise notebook's globals) with the notebook's Part 2 run in it, and the
     checks. A function the learner marks @exercise stands in for the notebook's wherever its name is looked
@@ -927,19 +940,25 @@ class Lab:
 
     @property
     def ref(self):
-        """The notebook's own Part 2 (and Part 7's mistakes), read again whenever the notebook changes."""
+        """The notebook's own Part 2 (and Part 7's mistakes), read again whenever the notebook changes (shared
+        by the labs of one process, with the cases recorded on it)."""
         stamp = self.notebook.stat().st_mtime_ns if self.notebook.is_file() else None
         if stamp is None or stamp != self._stamp:
-            ns = notebook_part2(self.notebook)
-            self.engine_names = [k for k in ns if not k.startswith("__")]
-            ns["config"] = toy_config(Names(ns))
-            self.part7 = part7_functions(ns, self.notebook)
+            key = (str(self.notebook), stamp)
+            if key not in READ:
+                ns = notebook_part2(self.notebook)
+                names = [k for k in ns if not k.startswith("__")]
+                ns["config"] = toy_config(Names(ns))
+                part7_functions(ns, self.notebook)
 
-            class ToyLayer(ns["LayerWeights"]):  # its parts looked up when called, so they can be watched
-                mixer = staticmethod(lambda *args: ns["self_attention"](*args))
-                feed_forward = staticmethod(lambda *args: ns["mlp"](*args))
-            ns["ToyLayer"] = ToyLayer
-            self._ref, self._stamp, self._memo = Names(ns), stamp, {}
+                class ToyLayer(ns["LayerWeights"]):  # its parts looked up when called, so they can be watched
+                    mixer = staticmethod(lambda *args: ns["self_attention"](*args))
+                    feed_forward = staticmethod(lambda *args: ns["mlp"](*args))
+                ns["ToyLayer"] = ToyLayer
+                READ.clear()
+                READ[key] = Names(ns), names, {}
+            self._ref, self.engine_names, self._memo = READ[key]
+            self._stamp = stamp
         return self._ref
 
     def reference(self, name):
@@ -1037,7 +1056,7 @@ class Lab:
     def run(self, fn, case, call, dtype=None):
         """What case compares of fn(*call.args), run under the case's names (a fresh copy of the arguments)."""
         args, steps = fresh(call.args), []
-        names = dict(dtype=dtype or case.dtype, **call.names)
+        names = dict(dtype=dtype or case.dtype, device=torch.device(case.device), **call.names)
         if case.output is tokens_and_cache_use:  # watch the chunk each forward pass gets
             inner = self.ref.forward_hidden
             names["forward_hidden"] = lambda ids, *rest: steps.append(ids.shape[1]) or inner(ids, *rest)
@@ -1139,6 +1158,8 @@ class Lab:
             try:
                 with self.swapped(dtype=case.dtype):
                     call = case.build(self, case.dtype)
+                if case.device != "cpu":
+                    call = transform(call, lambda t: t.to(case.device))
                 expected = self.run(right, case, call)
                 wide = self.run(right, case, upcast(call), F32) if case.dtype == BF16 else expected
             except Exception as e:  # noqa: BLE001 - the notebook changed under the ladder
@@ -1150,7 +1171,7 @@ class Lab:
                 if unwritten(e, fn):
                     return None
                 return Result(ex.number, name, "error", f'ERROR on "{case.name}": {error_text(e)}'
-                              f"{your_line(e, self.g)}")
+                              f"{your_line(e, self.g)}", [DEVICE_HINT] if case.device != "cpu" else [])
             tolerances = [rounding(e) + 4 * closeness(e, w) for (_, e), (_, w) in zip(leaves(expected), leaves(wide))]
             rows.append((case, call, mine, expected, tolerances))
         failures = [(case, why) for case, call, mine, expected, tol in rows if (why := verdict(mine, expected, tol))]
@@ -1161,6 +1182,7 @@ class Lab:
         mistake = self.identify(ex, name, rows)
         known = [m for m in ex.mistakes if m.function == name]
         lines = ([f"This is a known mistake: {mistake.name}.", f"Fix: {mistake.fix}."] if mistake else
+                 [DEVICE_HINT] if case.device != "cpu" else
                  [f"Not one of the {len(known)} known mistakes of {name}: compare each step with the formula "
                   "and the shapes above."])
         return Result(ex.number, name, "wrong", f'WRONG on "{case.name}": {why}{more}', lines,
@@ -1212,7 +1234,7 @@ class Lab:
             print(f"{name:{width}}{r.summary() if r is not rows[-1] or self.payoff_result else 'not run yet'}")
         print(f"passed {sum(r.passed for r in rows)} of {len(rows)}")
 
-    # ------------------------------------------------------------ the payoff: the learner's functions on a real checkpoint
+    # ------------------------------------------------------------ the payoff: a real checkpoint on them
 
     def payoff(self, prompt=PROMPT, max_new_tokens=24):
         label, results = "your model talks", [self.result(n) for n in range(1, PAYOFF)]
@@ -1229,13 +1251,17 @@ class Lab:
         theirs = nb.greedy([ids], max_new_tokens)[0].tolist()
         wrong = [f"exercise {r.number} ({r.function}): {r.summary()}" for r in results
                  if r.status in ("wrong", "error")]
-        hint = ["your functions that fail their checks: " + "; ".join(wrong)] if wrong else []
+        hint = (["your functions that fail their checks: " + "; ".join(wrong)] if wrong else
+                ["every check of yours passes, so roundings add up over the layers: compute the norms, SiLU and "
+                 "softmax in float32, as the exercises say (QWEN3_DTYPE=float32 runs it all in float32)"])
         try:
             tokens = g["greedy"]([ids], max_new_tokens)
+            if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+                raise TypeError(f"greedy returned {describe(tokens)}, not a (1, n) tensor of token ids")
             mine = tokens[0].tolist()
         except Exception as e:  # noqa: BLE001 - the learner's code: reported, never raised
             return Result(PAYOFF, label, "error", f"ERROR: your model raised {error_text(e)}{your_line(e, g)}",
-                          hint)
+                          hint[:1] if wrong else [])
         yours = [n for n in FUNCTIONS if self.learner_function(n) and getattr(g[n], "written", True)]
         model = f"{Path(nb.MODEL_DIR).name} ({str(nb.dtype)[6:]}, {nb.device})"
         said = [f"you:   {prompt}", f"yours: {nb.decode(mine)!r}"]
@@ -1304,7 +1330,8 @@ RESULT_NAMES = {"rope_cos_sin": ("cos", "sin"), "store": ("keys", "values")}
 
 def closeness(theirs, wide):
     """How far the notebook's own result is from itself computed in float32 (0 when not a float tensor)."""
-    if not isinstance(theirs, torch.Tensor) or not theirs.is_floating_point() or theirs.shape != wide.shape:
+    if not isinstance(theirs, torch.Tensor) or not theirs.is_floating_point() or theirs.shape != wide.shape \
+            or theirs.is_meta:
         return 0.0
     return gap(theirs.double(), wide.double())
 

@@ -44,7 +44,8 @@ model passes (B, T, 1)); `frequencies` are exercise 2's (hd/2,). Return `cos, si
 the angles as **two halves**, $[m\theta_0, \dots, m\theta_{d/2-1}, m\theta_0, \dots, m\theta_{d/2-1}]$
 (dimension $i$ and $i + d/2$ turn together), computed in float32, times `scale` (YaRN's factor, 1.0
 without it), then cast to the model dtype `dtype`.""",
-    4: r"""$$x' = x \odot \cos + \mathrm{rotate\_half}(x) \odot \sin, \qquad \mathrm{rotate\_half}(x) = (-x_{d/2:},\ x_{:d/2})$$
+    4: r"""$$x' = x \odot \cos + \mathrm{rotate\_half}(x) \odot \sin,
+\qquad \mathrm{rotate\_half}(x) = (-x_{d/2:},\ x_{:d/2})$$
 This turns each pair $(x_i, x_{i+d/2})$ by its angle: $x'_i = x_i\cos - x_{i+d/2}\sin$ and
 $x'_{i+d/2} = x_{i+d/2}\cos + x_i\sin$. Qwen3 pairs dimension $i$ with $i + d/2$ (the layout of
 GPT-NeoX), not neighbours. `x` is (B, T, heads, hd); `cos`, `sin` are (B, T, 1, hd), one table for all
@@ -69,7 +70,8 @@ broadcast over the KV heads and the query heads of each group. Make new tensors 
 exercise 8: $M$ is 0 where True, $-\infty$ where False; $d$ is hd. **Grouped-query attention:** query head
 $h$ uses KV head $h \,/\!/\, (H / KV)$ (with 4 query heads on 2 KV heads: 0, 0, 1, 1). Return
 (B, T, H·hd): each token's heads side by side. Copy K and V per query head (`repeat_interleave`), or fold
-each group into rows as the notebook does. Your `softmax` is used where written.""",
+each group into rows as the notebook does. Your `softmax` is used where written; it returns float32, so
+cast the probabilities to v's dtype (`.to(v.dtype)`) before the product with `v`.""",
     10: r"""Qwen3 norms every query and key head with RMSNorm (**QK-norm**), then applies RoPE, in this order.
 `qk` is (B, T, H + KV, hd): the query heads, then the key heads. `qk_norm` is (H + KV, hd), a weight per
 head (q_norm's rows, then k_norm's), or `None` for a Llama (SmolLM2), which has no QK-norm: RoPE only.
@@ -80,7 +82,8 @@ value heads. QK-norm and RoPE on queries and keys (`qk_norm_rope`); then `cache.
 L)` writes the chunk's keys and values (B, T, KV, hd) into layer `i`'s slots and returns everything the
 chunk may see, (B, KV, L, hd) each, with `L = mask.shape[-1]`; then `attention`, and `o_proj` maps
 (B, T, H·hd) back to (B, T, D). H, KV and hd come from `config`.""",
-    12: r"""$$h = x + \mathrm{Mixer}(\mathrm{RMSNorm}(x)), \qquad x_\text{next} = h + \mathrm{FeedForward}(\mathrm{RMSNorm}(h))$$
+    12: r"""$$h = x + \mathrm{Mixer}(\mathrm{RMSNorm}(x)),
+\qquad x_\text{next} = h + \mathrm{FeedForward}(\mathrm{RMSNorm}(h))$$
 Pre-norm: each sublayer reads a normed copy, and adds its output to the stream as it was. The norms are
 `layer.input_layernorm` and `layer.post_attention_layernorm`, with eps `config.rms_norm_eps`; the mixer
 is `layer.mixer(xn, layer, i, cache, start_pos, cos, sin, mask)` (your `self_attention`), the
@@ -90,21 +93,22 @@ writes a chunk's `k`, `v` (B, T, KV, hd) into layer `i`'s slots `start_pos .. st
 axes: the cache is (B, KV, slots, hd)) and returns layer `i`'s keys and values in slots `0 .. L - 1`,
 (B, KV, L, hd) each. In the notebook it is `KVCache`'s method; here it is a function of the cache,
 `self`, and every cache calls yours.""",
-    14: r"""**`forward_hidden(token_ids, cache, start_pos=0, L=None)`**, the model itself: `token_ids` (B, T) take
-cache slots `start_pos ..`; L is `start_pos + T` unless given. RoPE's positions are slot minus
-`cache.pad[b]`, clamped at 0 (a left-padded row counts from its first real token); `cos, sin =
-rope_cos_sin(positions[:, :, None], *config.rope)` once for all layers; `mask = attention_mask(cache.pad,
-start_pos, T, L)`; `x = embed(token_ids)`; every layer in turn, `x = decoder_layer(x, layer, i, ...)`;
-then the final RMSNorm, `weights.norm`. Return (B, T, D).
+    14: r"""**`forward_hidden(token_ids, cache, start_pos=0, L=None)`**, the model itself: `token_ids` (B, T)
+take cache slots `start_pos ..`; L is `start_pos + T` unless given. RoPE's positions are the slot minus
+`cache.pad[b]`, clamped at 0 (a left-padded row counts from its first real token), made on `device`;
+`cos, sin = rope_cos_sin(positions[:, :, None], *config.rope)`, once for all layers;
+`mask = attention_mask(cache.pad, start_pos, T, L)`; `x = embed(token_ids)`; every layer in turn,
+`x = decoder_layer(x, layer, i, ...)`; then the final RMSNorm, `weights.norm`. Return (B, T, D).
 
 **`lm_head(hidden)`**: logits (..., V) in float32, through `weights.lm_head` (the embedding matrix itself
 when `config.tie_word_embeddings`, as in Qwen3-0.6B; its own matrix when not, as in Qwen3-8B).""",
-    15: r"""`prompt_ids` (B, T) -> (B, n) new token ids. Make a cache, `make_cache(B, T + max_new_tokens)`; run the
-prompt once (*prefill*: `forward(ids, cache)`) and take the last position's logits; then again and again:
-the most likely token (`argmax`), fed alone (*decode*: `forward(next_ids[:, None], cache, start_pos)` at
-the next slot, so the cache supplies everything before it). Stop once every row has produced one of
-`config.stop_ids` (a row that stopped keeps going until then), or after `max_new_tokens`. `forward` is
-given: `forward_hidden` and `lm_head`, with its arguments checked.""",
+    15: r"""`prompt_ids` (B, T), a tensor or lists (`torch.as_tensor(prompt_ids, device=device)`) -> (B, n) new
+token ids. Make a cache, `make_cache(B, T + max_new_tokens)`; run the prompt once (*prefill*:
+`forward(ids, cache)`) and take the last position's logits; then again and again: the most likely token
+(`argmax`), fed alone (*decode*: `forward(next_ids[:, None], cache, start_pos)` at the next slot, so the
+cache supplies everything before it). Stop once every row has produced one of `config.stop_ids` (a row
+that stopped keeps going until then), or after `max_new_tokens`. `forward` is given: `forward_hidden` and
+`lm_head`, with its arguments checked.""",
 }
 
 PAYOFF_TEXT = f"""## Exercise {checks.PAYOFF} · Your model talks · about 5 minutes (and a download)
@@ -148,8 +152,9 @@ def function_cell(names, found, solutions):
         body = node.body[1:] if documented else node.body
         head = lines[node.lineno - 1:node.body[0].end_lineno if documented else body[0].lineno - 1]
         indent = " " * body[0].col_offset
-        inside = ([indent + "### BEGIN SOLUTION", *lines[body[0].lineno - 1:node.end_lineno], indent + "### END SOLUTION"]
-                  if solutions else [indent + "# YOUR CODE HERE", indent + "raise NotImplementedError()"])
+        solution = lines[body[0].lineno - 1:node.end_lineno]
+        inside = ([indent + "### BEGIN SOLUTION", *solution, indent + "### END SOLUTION"] if solutions
+                  else [indent + "# YOUR CODE HERE", indent + "raise NotImplementedError()"])
         parts.append("@exercise\n" + textwrap.dedent("\n".join([*head, *inside])))
     return "\n\n\n".join(parts)
 
@@ -255,8 +260,8 @@ def notebook(solutions=False, source=checks.NOTEBOOK):
     """The exercise notebook as a dict (solutions: the teacher's version)."""
     found = definitions(source)
     cells = [cell("markdown", introduction(), "introduction"),
-             cell("markdown", "## Setup\nRun this first: it loads the checks and, from the main notebook, "
-                  "everything your functions may call (`linear`, `embed`, `make_cache`, `forward`, ...).", "setup-text"),
+             cell("markdown", "## Setup\nRun this first: it loads the checks and, from the main notebook, everything "
+                  "your functions may call (`linear`, `embed`, `make_cache`, `forward`, ...).", "setup-text"),
              cell("code", SETUP, "setup")]
     for e in checks.EXERCISES:
         n = e.number

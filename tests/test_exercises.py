@@ -4,6 +4,8 @@ a learner would write it, fails its check and is named; an empty body is "not wr
 notebook is what the generator makes; the whole notebook runs headless, and its own model talks."""
 
 import ast
+import contextlib
+import io
 import json
 import linecache
 import re
@@ -271,8 +273,8 @@ MISTAKEN = {
     (14, "forward_hidden", "ignore the left padding"): RIGHT["forward_hidden"].replace(
         "(start_pos + torch.arange(T, device=device)[None, :] - cache.pad[:, None]).clamp(min=0)",
         "(start_pos + torch.arange(T, device=device)).expand(B, T)") + RIGHT["lm_head"],
-    (14, "forward_hidden", "restart at 0"): RIGHT["forward_hidden"].replace("(start_pos + torch.arange", "(torch.arange")
-    + RIGHT["lm_head"],
+    (14, "forward_hidden", "restart at 0"): RIGHT["forward_hidden"].replace(
+        "(start_pos + torch.arange", "(torch.arange") + RIGHT["lm_head"],
     (14, "forward_hidden", "final RMSNorm left out"): RIGHT["forward_hidden"].replace(
         "return rms_norm(x, weights.norm, config.rms_norm_eps)", "return x") + RIGHT["lm_head"],
     (14, "forward_hidden", "reads the embeddings"): RIGHT["forward_hidden"].replace(
@@ -415,6 +417,14 @@ def test_an_empty_body_says_not_written_yet(solved):
                                    "apply_rope in the cell above, run that cell, then this one; rotate_half is right)")
 
 
+def test_under_nbgraders_autograder_a_check_that_does_not_pass_raises(monkeypatch, capsys):
+    lab = learner([RIGHT["rms_norm"]])
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    lab.check(1)
+    with pytest.raises(AssertionError, match="not written yet"):
+        lab.check(2)
+
+
 def test_unwritten_pieces_are_the_notebooks_and_written_ones_the_learners():
     lab = learner(solutions(empty=True))  # every body empty: the notebook's functions answer
     g = lab.g
@@ -423,7 +433,30 @@ def test_unwritten_pieces_are_the_notebooks_and_written_ones_the_learners():
     g["calls"] = calls = []
     exec("@exercise\ndef softmax(x):\n    calls.append(x.shape)\n    x = x.float()\n"
          "    e = torch.exp(x - x.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True)", g)
-    assert torch.allclose(g["forward"](ids), before, atol=1e-5) and calls  # the notebook's attention, the learner's softmax
+    assert torch.allclose(g["forward"](ids), before, atol=1e-5) and calls  # the learner's softmax in attention
+
+
+def test_a_tensor_made_on_the_cpu_fails_on_another_device():
+    lab = learner(["""
+        def rope_frequencies(head_dim, theta):
+            return 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)""", """
+        def attention_mask(pad, start_pos, T, L):
+            q, k = start_pos + torch.arange(T)[:, None], torch.arange(L)[None, :]
+            return ((k <= q) & (k >= pad[:, None, None]) | (k == q))[:, None, None]"""])
+    for number in (2, 8):
+        text = str(lab.result(number))
+        assert 'on "new tensors on `device`"' in text and "Make new tensors on `device`" in text, text
+
+
+def test_the_payoff_says_which_exercise_breaks_the_model(checkpoints, monkeypatch):
+    for key, value in dict(QWEN3_MODEL_DIR=str(checkpoints("tiny")), QWEN3_DEVICE="cpu", QWEN3_DTYPE="float32").items():
+        monkeypatch.setenv(key, value)
+    lab = learner([MISTAKEN[(8, "attention_mask", "next slot")]])
+    result = lab.result(checks.PAYOFF)
+    text = str(result)
+    assert result.status == "wrong" and "leaves the notebook's greedy tokens at token" in text, text
+    assert "your functions that fail their checks: exercise 8 (attention_mask): mistake: off by one" in text
+    assert lab.g["config"].vocab_size == 640  # the loaded model stays: the learner's functions run it
 
 
 def test_the_payoff_is_not_checked_without_a_checkpoint(tmp_path, monkeypatch):
@@ -431,7 +464,8 @@ def test_the_payoff_is_not_checked_without_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("QWEN3_DEVICE", "cpu")
     result = learner([RIGHT["rms_norm"]]).result(checks.PAYOFF)
     text = str(result)
-    assert result.status == "not checked" and text.startswith("exercise 16 · your model talks: NOT CHECKED: No checkpoint")
+    assert result.status == "not checked"
+    assert text.startswith("exercise 16 · your model talks: NOT CHECKED: No checkpoint")
     assert "scripts/make_checkpoint.py" in text and "then this cell again" in text
 
 
@@ -486,9 +520,12 @@ def test_the_notebook_runs_headless_with_the_solutions_and_its_model_talks(check
     assert out["grade"].rstrip().endswith(f"passed {checks.PAYOFF} of {checks.PAYOFF}")
 
 
-def test_a_first_run_prints_what_the_first_cell_says(checkpoints, monkeypatch):
-    nb = nbformat.read(make_exercises.OUT, as_version=4)
-    out = run_headless(nb, checkpoints("tiny"), monkeypatch)
+def test_a_first_run_prints_what_the_first_cell_says():
+    nb, namespace, out = nbformat.read(make_exercises.OUT, as_version=4), {"__name__": "__main__"}, {}
+    for cell in (c for c in nb.cells if c.cell_type == "code"):  # run as Jupyter runs them, in order
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            exec(compile(cell.source, cell.id, "exec"), namespace)
+        out[cell.id] = printed.getvalue()
     setup, first, payoff = make_exercises.first_run()
     assert all(line in nb.cells[0].source for line in (setup, first, payoff))
     assert out["setup"].strip() == setup and out["ex01-check"].strip() == first
