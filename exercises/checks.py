@@ -24,6 +24,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import inspect
 import io
 import json
 import linecache
@@ -588,18 +589,18 @@ def ladder():
             Case("bf16", "rms_norm", rms_case((2, 5, 48), (48,), seed=6), BF16),
         ], (
             Mistake("epsilon outside the square root: x / (sqrt(mean(x^2)) + eps)",
-              "eps goes under the root: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)", "rms_norm",
-              made_by(rms_eps_outside_root)),
+                    "eps goes under the root: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)", "rms_norm",
+                    made_by(rms_eps_outside_root)),
             Mistake("the mean subtracted first: that is LayerNorm, not RMSNorm",
-              "RMSNorm only divides by the root mean square; it subtracts nothing", "rms_norm",
-              ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(
-                  x.float() - x.float().mean(-1, keepdim=True), weight, eps).to(x.dtype))),
+                    "RMSNorm only divides by the root mean square; it subtracts nothing", "rms_norm",
+                    ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(
+                        x.float() - x.float().mean(-1, keepdim=True), weight, eps).to(x.dtype))),
             Mistake("the weight applied as (1 + weight), as Gemma's norms (and Qwen3.5's own) do",
-              "Qwen3 multiplies by the weight itself", "rms_norm",
-              ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, 1 + weight, eps))),
+                    "Qwen3 multiplies by the weight itself", "rms_norm",
+                    ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, 1 + weight, eps))),
             Mistake("the eps argument ignored (a fixed 1e-6, or the config's)",
-              "use the eps passed in: the model passes its config's rms_norm_eps (SmolLM2's is 1e-5)",
-              "rms_norm", ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, weight, 1e-6))),
+                    "use the eps passed in: the model passes its config's rms_norm_eps (SmolLM2's is 1e-5)",
+                    "rms_norm", ref_fn(lambda ref, x, weight, eps=1e-6: ref.rms_norm(x, weight, 1e-6))),
         )),
         Exercise(2, "RoPE's frequencies", ("rope_frequencies",), 5, "RoPE, rotary position embeddings",
                  lambda lab: [
@@ -610,17 +611,17 @@ def ladder():
             Case(ON_DEVICE, "rope_frequencies", lambda lab, dtype: Call((16, 1e6)), device="meta"),
         ], (
             Mistake("rope_theta fixed at 10000 (older models') instead of the theta passed in",
-              "use theta: Qwen3's config says rope_theta = 1e6", "rope_frequencies",
-              ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, 10000.0))),
+                    "use theta: Qwen3's config says rope_theta = 1e6", "rope_frequencies",
+                    ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, 10000.0))),
             Mistake("one frequency per dimension, arange(head_dim), not one per pair",
-              "head_dim / 2 of them: torch.arange(0, head_dim, 2) / head_dim", "rope_frequencies",
-              ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(2 * head_dim, theta))),
+                    "head_dim / 2 of them: torch.arange(0, head_dim, 2) / head_dim", "rope_frequencies",
+                    ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(2 * head_dim, theta))),
             Mistake("theta^(+2i/d), the minus (or the 1 / ...) missing: the angles grow with i",
-              "theta_i = 1 / theta^(2i/d): pair 0 turns fastest, 1 radian per position", "rope_frequencies",
-              ref_fn(lambda ref, head_dim, theta: 1 / ref.rope_frequencies(head_dim, theta))),
+                    "theta_i = 1 / theta^(2i/d): pair 0 turns fastest, 1 radian per position", "rope_frequencies",
+                    ref_fn(lambda ref, head_dim, theta: 1 / ref.rope_frequencies(head_dim, theta))),
             Mistake("the frequencies cast to the model dtype",
-              "keep them float32: in bf16 the angles are far off at long positions", "rope_frequencies",
-              ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, theta).to(ref.dtype))),
+                    "keep them float32: in bf16 the angles are far off at long positions", "rope_frequencies",
+                    ref_fn(lambda ref, head_dim, theta: ref.rope_frequencies(head_dim, theta).to(ref.dtype))),
         )),
         Exercise(3, "cos and sin of RoPE's angles", ("rope_cos_sin",), 10, "RoPE, rotary position embeddings",
                  lambda lab: [
@@ -633,17 +634,17 @@ def ladder():
                  BF16),
         ], (
             Mistake("angles interleaved (0, 0, 1, 1, ...), not two halves (0, 1, ..., 0, 1, ...)",
-              "torch.cat([angles, angles], dim=-1): dimensions i and i + d/2 share an angle", "rope_cos_sin",
-              lambda lab: lab.ref.rope_cos_sin_interleaved),
+                    "torch.cat([angles, angles], dim=-1): dimensions i and i + d/2 share an angle", "rope_cos_sin",
+                    lambda lab: lab.ref.rope_cos_sin_interleaved),
             Mistake("angles computed in the model dtype (bf16): far off at long positions",
-              "positions[..., None].float() * frequencies; cast only cos and sin", "rope_cos_sin",
-              made_by(rope_angles_in_bf16)),
+                    "positions[..., None].float() * frequencies; cast only cos and sin", "rope_cos_sin",
+                    made_by(rope_angles_in_bf16)),
             Mistake("cos and sin left in float32: q and k silently become float32",
-              "return them .to(dtype), the model dtype", "rope_cos_sin",
-              lambda lab: lab.ref.rope_cos_sin_left_in_float32),
+                    "return them .to(dtype), the model dtype", "rope_cos_sin",
+                    lambda lab: lab.ref.rope_cos_sin_left_in_float32),
             Mistake("the scale left out", "multiply cos and sin by scale (YaRN's attention factor; 1.0 without YaRN)",
-              "rope_cos_sin", ref_fn(lambda ref, positions, frequencies, scale=1.0: ref.rope_cos_sin(
-                  positions, frequencies))),
+                    "rope_cos_sin", ref_fn(lambda ref, positions, frequencies, scale=1.0: ref.rope_cos_sin(
+                        positions, frequencies))),
         )),
         Exercise(4, "Applying RoPE", ("rotate_half", "apply_rope"), 10, "RoPE, rotary position embeddings",
                  lambda lab: [
@@ -657,10 +658,10 @@ def ladder():
             Mistake(neighbours, halves, "rotate_half", lambda lab: lab.ref.rotate_interleaved),
             Mistake(wrong_way, halves, "rotate_half", ref_fn(lambda ref, x: -ref.rotate_half(x))),
             Mistake(neighbours, halves, "apply_rope", lambda lab: lambda x, cos, sin: lab.call_with(
-                lab.ref.apply_rope, (x, cos, sin), rotate_half=lab.ref.rotate_interleaved)),
+                      lab.ref.apply_rope, (x, cos, sin), rotate_half=lab.ref.rotate_interleaved)),
             Mistake(wrong_way, halves, "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, cos, -sin))),
             Mistake("cos and sin swapped: x * sin + rotate_half(x) * cos", "x * cos + rotate_half(x) * sin",
-              "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, sin, cos))),
+                    "apply_rope", ref_fn(lambda ref, x, cos, sin: ref.apply_rope(x, sin, cos))),
         )),
         Exercise(5, "SiLU", ("silu",), 5, "SiLU and the SwiGLU MLP", lambda lab: [
             Case("x (3, 40)", "silu", tensor_case(3, 40, scale=4)),
@@ -668,10 +669,10 @@ def ladder():
             Case("bf16", "silu", tensor_case(3, 40, scale=4, seed=1), BF16),
         ], (
             Mistake("the sigmoid alone, sigma(x), not x * sigma(x)", "SiLU(x) = x * sigma(x) = x / (1 + e^-x)", "silu",
-              lambda lab: lambda x: (1 / (1 + torch.exp(-x.float()))).to(x.dtype)),
+                    lambda lab: lambda x: (1 / (1 + torch.exp(-x.float()))).to(x.dtype)),
             Mistake("sigma(x) as e^x / (1 + e^x): inf / inf = NaN for large x",
-              "x / (1 + torch.exp(-x)): e^-x overflows only where the result is 0 anyway", "silu",
-              lambda lab: lambda x: (x.float() * x.float().exp() / (1 + x.float().exp())).to(x.dtype)),
+                    "x / (1 + torch.exp(-x)): e^-x overflows only where the result is 0 anyway", "silu",
+                    lambda lab: lambda x: (x.float() * x.float().exp() / (1 + x.float().exp())).to(x.dtype)),
         )),
         Exercise(6, "The SwiGLU MLP", ("mlp",), 10, "SiLU and the SwiGLU MLP", lambda lab: [
             Case("x (2, 5, 48)", "mlp", mlp_case(5, 0)),
@@ -679,13 +680,13 @@ def ladder():
             Case("bf16", "mlp", mlp_case(5, 2), BF16),
         ], (
             Mistake("gate and up swapped: SiLU on the up half",
-              "gate_up_proj stacks gate_proj, then up_proj: gate, up = linear(x, ...).chunk(2, dim=-1)", "mlp",
-              ref_fn(lambda ref, x, layer: ref.mlp(x, dataclasses.replace(
-                  layer, gate_up_proj=torch.cat(layer.gate_up_proj.chunk(2)[::-1]))))),
+                    "gate_up_proj stacks gate_proj, then up_proj: gate, up = linear(x, ...).chunk(2, dim=-1)", "mlp",
+                    ref_fn(lambda ref, x, layer: ref.mlp(x, dataclasses.replace(
+                        layer, gate_up_proj=torch.cat(layer.gate_up_proj.chunk(2)[::-1]))))),
             Mistake("SiLU of the product, SiLU(gate * up)", "only the gate goes through SiLU: SiLU(gate) * up", "mlp",
-              made_by(silu_of_product)),
+                    made_by(silu_of_product)),
             Mistake("no SiLU at all: gate * up", "SiLU(gate) * up", "mlp",
-              lambda lab: lambda x, layer: lab.call_with(lab.ref.mlp, (x, layer), silu=lambda t: t)),
+                    lambda lab: lambda x, layer: lab.call_with(lab.ref.mlp, (x, layer), silu=lambda t: t)),
         )),
         Exercise(7, "A stable softmax", ("softmax",), 5, "Softmax", lambda lab: [
             Case("scores (3, 7)", "softmax", tensor_case(3, 7, scale=2)),
@@ -693,16 +694,22 @@ def ladder():
             Case("masked (-inf) scores", "softmax", lambda lab, dtype: Call((randn(2, 6, seed=2).masked_fill(
                 torch.tensor([[0, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 0]], dtype=torch.bool), -math.inf),))),
             Case("(2, 3, 5): the last axis", "softmax", tensor_case(2, 3, 5, seed=3)),
+            Case("rows far apart: 0 and 1000", "softmax", lambda lab, dtype: Call((
+                randn(2, 5, seed=5) + torch.tensor([[0.0], [1000.0]]),))),
             Case("bf16 scores", "softmax", tensor_case(3, 7, scale=2, seed=4), BF16),
         ], (
             Mistake("the maximum not subtracted: e^1000 overflows, inf / inf = NaN",
-              "subtract x.amax(dim=-1, keepdim=True) before exp (the result is the same, and never overflows)",
-              "softmax", lambda lab: lambda x: x.float().exp() / x.float().exp().sum(-1, keepdim=True)),
+                    "subtract x.amax(dim=-1, keepdim=True) before exp (the result is the same, and never overflows)",
+                    "softmax", lambda lab: lambda x: x.float().exp() / x.float().exp().sum(-1, keepdim=True)),
             Mistake("along an axis other than the last", "dim=-1: each row of scores sums to 1", "softmax",
-              lambda lab: [lambda x: lab.ref.softmax(x.transpose(0, -1)).transpose(0, -1),
-                           lambda x: lab.ref.softmax(x.transpose(1, -1)).transpose(1, -1)]),
+                    lambda lab: [lambda x: lab.ref.softmax(x.transpose(0, -1)).transpose(0, -1),
+                                 lambda x: lab.ref.softmax(x.transpose(1, -1)).transpose(1, -1)]),
+            Mistake("the maximum of the whole tensor subtracted, not each row's: a row far below it underflows, 0/0",
+                    "x.amax(dim=-1, keepdim=True): each row's own maximum", "softmax",
+                    lambda lab: lambda x: (x.float() - x.float().max()).exp()
+                    / (x.float() - x.float().max()).exp().sum(-1, keepdim=True)),
             Mistake("left in the scores' dtype (bf16)", "compute and return float32: x = x.float() first", "softmax",
-              lambda lab: lambda x: lab.ref.softmax(x).to(x.dtype)),
+                    lambda lab: lambda x: lab.ref.softmax(x).to(x.dtype)),
         )),
         Exercise(8, "The causal and padding mask", ("attention_mask",), 15, "Masks and grouped-query attention",
                  lambda lab: [
@@ -714,18 +721,22 @@ def ladder():
             Case(ON_DEVICE, "attention_mask", mask_case([0, 2], 4, 3, 7), device="meta"),
         ], (
             Mistake("off by one: a query cannot see itself (j < t, not j <= t)",
-              "key slot <= query slot: a token attends to itself too", "attention_mask",
-              lambda lab: mask_from(lambda q, k, pad: (k < q) & (k >= pad))),
+                    "key slot <= query slot: a token attends to itself too", "attention_mask",
+                    lambda lab: mask_from(lambda q, k, pad: (k < q) & (k >= pad))),
             Mistake("off by one: a query sees the next slot (j <= t + 1)", "key slot <= query slot", "attention_mask",
-              lambda lab: mask_from(lambda q, k, pad: (k <= q + 1) & (k >= pad) | (k == q))),
+                    lambda lab: mask_from(lambda q, k, pad: (k <= q + 1) & (k >= pad) | (k == q))),
             Mistake("start_pos left out: query t taken to sit in slot t",
-              "query t of the chunk sits in slot start_pos + t", "attention_mask",
-              ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(pad, 0, T, L))),
+                    "query t of the chunk sits in slot start_pos + t", "attention_mask",
+                    ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(pad, 0, T, L))),
             Mistake("the left padding not masked", "hide key slots j < pad[b] from row b", "attention_mask",
-              ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(torch.zeros_like(pad), start_pos, T, L))),
+                    ref_fn(lambda ref, pad, start_pos, T, L: ref.attention_mask(
+                        torch.zeros_like(pad), start_pos, T, L))),
+            Mistake("returned as (B, T, L), without the two head axes",
+                    "allowed[:, None, None]: (B, 1, 1, T, L), the 1s broadcast over the KV heads and their groups",
+                    "attention_mask", ref_fn(lambda ref, *args: ref.attention_mask(*args)[:, 0, 0])),
             Mistake("a padding query sees no key: its scores are all -inf, 0/0 = NaN",
-              "let every query see its own slot too: ... | (key_slot == query_slot)", "attention_mask",
-              lambda lab: mask_from(lambda q, k, pad: (k <= q) & (k >= pad))),
+                    "let every query see its own slot too: ... | (key_slot == query_slot)", "attention_mask",
+                    lambda lab: mask_from(lambda q, k, pad: (k <= q) & (k >= pad))),
         )),
         Exercise(9, "Grouped-query attention", ("attention",), 25, "Masks and grouped-query attention",
                  lambda lab: [
@@ -734,16 +745,17 @@ def ladder():
                  recorded("attention", "left padding", change=lambda q, k, v, mask: (q * 30, k, v, mask))),
         ], (
             Mistake("key-value heads repeated in the wrong order: .repeat, not .repeat_interleave",
-              "query head h uses KV head h // n_rep: k.repeat_interleave(n_rep, dim=1)", "attention",
-              made_by(attention_kv_repeated)),
+                    "query head h uses KV head h // n_rep: k.repeat_interleave(n_rep, dim=1)", "attention",
+                    made_by(attention_kv_repeated)),
             Mistake("scores scaled by 1 / hd, not 1 / sqrt(hd)", "multiply q k^T by hd ** -0.5", "attention",
-              ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** -0.5, k, v, mask))),
+                    ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** -0.5, k, v, mask))),
             Mistake("scores not scaled", "multiply q k^T by hd ** -0.5", "attention",
-              ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** 0.5, k, v, mask))),
+                    ref_fn(lambda ref, q, k, v, mask: ref.attention(q * q.shape[-1] ** 0.5, k, v, mask))),
             Mistake("the mask not applied", "scores.masked_fill(~mask, -inf) before the softmax", "attention",
-              ref_fn(lambda ref, q, k, v, mask: ref.attention(q, k, v, torch.ones_like(mask)))),
+                    ref_fn(lambda ref, q, k, v, mask: ref.attention(q, k, v, torch.ones_like(mask)))),
             Mistake("heads and tokens mixed up: (B, H, T, hd) reshaped to (B, T, H * hd) without the transpose",
-              "transpose(1, 2) to (B, T, H, hd) first, then reshape", "attention", made_by(attention_heads_mixed)),
+                    "transpose(1, 2) to (B, T, H, hd) first, then reshape", "attention",
+                    made_by(attention_heads_mixed)),
         )),
         Exercise(10, "QK-norm", ("qk_norm_rope",), 10, "The attention layer", lambda lab: [
             *recorded_cases("qk_norm_rope"),
@@ -751,54 +763,54 @@ def ladder():
                 "qk_norm_rope", "left padding", change=lambda qk, qk_norm, cos, sin: (qk, None, cos, sin))),
         ], (
             Mistake("QK-norm after RoPE, not before",
-                    "norm first, then rotate: apply_rope(rms_norm(qk, ...), cos, sin)",
-              "qk_norm_rope", lambda lab: lab.ref.qk_norm_after_rope),
+                          "norm first, then rotate: apply_rope(rms_norm(qk, ...), cos, sin)",
+                    "qk_norm_rope", lambda lab: lab.ref.qk_norm_after_rope),
             Mistake("QK-norm missing: RoPE only",
-                    "rms_norm(qk, qk_norm, config.rms_norm_eps) before RoPE (when not None)",
-              "qk_norm_rope", ref_fn(lambda ref, qk, qk_norm, cos, sin: ref.apply_rope(qk, cos, sin))),
+                          "rms_norm(qk, qk_norm, config.rms_norm_eps) before RoPE (when not None)",
+                    "qk_norm_rope", ref_fn(lambda ref, qk, qk_norm, cos, sin: ref.apply_rope(qk, cos, sin))),
             Mistake("RoPE missing: the norm only", "apply_rope(normed, cos, sin) after the norm", "qk_norm_rope",
-              made_by(qk_norm_without_rope)),
+                    made_by(qk_norm_without_rope)),
             Mistake("one RMSNorm over all the heads together, not one per head",
-              "norm over the last axis (hd) of qk (B, T, heads, hd), weight qk_norm (heads, hd)", "qk_norm_rope",
-              made_by(qk_norm_all_heads)),
+                    "norm over the last axis (hd) of qk (B, T, heads, hd), weight qk_norm (heads, hd)", "qk_norm_rope",
+                    made_by(qk_norm_all_heads)),
         )),
         Exercise(11, "The attention layer", ("self_attention",), 20, "The attention layer", lambda lab: [
             *recorded_cases("self_attention", with_cache(3, 2)),
         ], (
             Mistake("keys cached before QK-norm and RoPE (only the queries normed and rotated)",
-              "qk_norm_rope on queries and keys together, then store those keys", "self_attention",
-              made_by(keys_cached_raw)),
+                    "qk_norm_rope on queries and keys together, then store those keys", "self_attention",
+                    made_by(keys_cached_raw)),
             Mistake("the layer index ignored: every layer's keys and values written to layer 0",
-              "cache.store(i, ...): layer i's slots", "self_attention",
-              lambda lab: lambda x, layer, i, *rest: lab.ref.self_attention(x, layer, 0, *rest)),
+                    "cache.store(i, ...): layer i's slots", "self_attention",
+                    lambda lab: lambda x, layer, i, *rest: lab.ref.self_attention(x, layer, 0, *rest)),
         )),
         Exercise(12, "The decoder layer", ("decoder_layer",), 10,
                  "The decoder layer, the KV cache and the forward pass", lambda lab: [
             *recorded_cases("decoder_layer"),
         ], (
             Mistake("post-norm: RMSNorm after adding the residual (the 2017 Transformer's order)",
-              "pre-norm: norm the sublayer's input, add its output to the stream as it was", "decoder_layer",
-              made_by(post_norm_layer)),
+                    "pre-norm: norm the sublayer's input, add its output to the stream as it was", "decoder_layer",
+                    made_by(post_norm_layer)),
             Mistake("the residual taken from the normed stream: h = norm(x) + mixer(norm(x))",
-              "h = x + mixer(norm(x)): the stream itself is never normed", "decoder_layer",
-              made_by(residual_from_normed)),
+                    "h = x + mixer(norm(x)): the stream itself is never normed", "decoder_layer",
+                    made_by(residual_from_normed)),
             Mistake("the feed-forward reads x, not h", "feed_forward(rms_norm(h, layer.post_attention_layernorm))",
-              "decoder_layer", made_by(feed_forward_reads_x)),
+                    "decoder_layer", made_by(feed_forward_reads_x)),
             Mistake("the two norms swapped", "input_layernorm before the mixer, post_attention_layernorm before the "
-              "feed-forward", "decoder_layer", made_by(norms_swapped)),
+                    "feed-forward", "decoder_layer", made_by(norms_swapped)),
         )),
         Exercise(13, "Writing the KV cache", ("store",), 10, "The decoder layer, the KV cache and the forward pass",
                  lambda lab: [*recorded_cases("store", with_cache(0))], (
             Mistake("written at slot 0, not start_pos: each chunk overwrites the first slots",
-              "slots start_pos .. start_pos + T - 1", "store", made_by(store_at(lambda s: 0))),
+                    "slots start_pos .. start_pos + T - 1", "store", made_by(store_at(lambda s: 0))),
             Mistake("written one slot late (start_pos + 1)", "the chunk's first token goes to slot start_pos", "store",
-              made_by(store_at(lambda s: s + 1))),
+                    made_by(store_at(lambda s: s + 1))),
             Mistake("the whole cache returned, not its first L slots",
-                    "return self.k[i][:, :, :L], self.v[i][:, :, :L]",
-              "store", made_by(store_then(lambda cache, i, k, v, s, L: (cache.k[i], cache.v[i])))),
+                          "return self.k[i][:, :, :L], self.v[i][:, :, :L]",
+                    "store", made_by(store_then(lambda cache, i, k, v, s, L: (cache.k[i], cache.v[i])))),
             Mistake("only the chunk returned: the cached prefix is lost",
-              "return the first L slots of the cache: the prefix and the chunk", "store",
-              made_by(store_then(lambda cache, i, k, v, s, L: (k.transpose(1, 2), v.transpose(1, 2))))),
+                    "return the first L slots of the cache: the prefix and the chunk", "store",
+                    made_by(store_then(lambda cache, i, k, v, s, L: (k.transpose(1, 2), v.transpose(1, 2))))),
         )),
         Exercise(14, "The forward pass", ("forward_hidden", "lm_head"), 20,
                  "The decoder layer, the KV cache and the forward pass", lambda lab: [
@@ -809,21 +821,22 @@ def ladder():
             Case("bf16: float32 logits", "lm_head", lm_head_case(1, seed=2), BF16),
         ], (
             Mistake("RoPE's positions ignore the left padding",
-                    "positions = start_pos + t - cache.pad[b], clamped at 0",
-              "forward_hidden", made_by(positions_as(lambda s, T, pad: s + torch.arange(T, device=pad.device)))),
+                          "positions = start_pos + t - cache.pad[b], clamped at 0",
+                    "forward_hidden", made_by(positions_as(lambda s, T, pad: s + torch.arange(T, device=pad.device)))),
             Mistake("RoPE's positions restart at 0 in each chunk (start_pos left out)",
-              "positions = start_pos + t - cache.pad[b], clamped at 0", "forward_hidden",
-              made_by(positions_as(lambda s, T, pad: (torch.arange(T, device=pad.device) - pad).clamp(min=0)))),
+                    "positions = start_pos + t - cache.pad[b], clamped at 0", "forward_hidden",
+                    made_by(positions_as(lambda s, T, pad: (torch.arange(T, device=pad.device) - pad).clamp(min=0)))),
             Mistake("the final RMSNorm left out", "rms_norm(x, weights.norm, config.rms_norm_eps) after the last layer",
-              "forward_hidden", made_by(without_final_norm)),
+                    "forward_hidden", made_by(without_final_norm)),
             Mistake("every layer reads the embeddings, not the previous layer's output",
-              "x = decoder_layer(x, ...): each layer's output is the next one's input", "forward_hidden",
-              made_by(layers_read_embeddings)),
+                    "x = decoder_layer(x, ...): each layer's output is the next one's input", "forward_hidden",
+                    made_by(layers_read_embeddings)),
             Mistake("the embedding matrix used as lm_head where the config says untied",
-              "linear(hidden, weights.lm_head): its own matrix when config.tie_word_embeddings is False", "lm_head",
-              ref_fn(lambda ref, hidden: ref.linear(hidden, ref.weights.embed_tokens).float())),
+                    "linear(hidden, weights.lm_head): its own matrix when config.tie_word_embeddings is False",
+                    "lm_head",
+                    ref_fn(lambda ref, hidden: ref.linear(hidden, ref.weights.embed_tokens).float())),
             Mistake("logits left in the model dtype", "return them .float(): sampling and comparisons want float32",
-              "lm_head", ref_fn(lambda ref, hidden: ref.lm_head(hidden).to(hidden.dtype))),
+                    "lm_head", ref_fn(lambda ref, hidden: ref.lm_head(hidden).to(hidden.dtype))),
         )),
         Exercise(15, "The greedy loop with the cache", ("greedy",), 15, "A minimal greedy loop", lambda lab: [
             Case("2 prompts of 6, 8 new", "greedy", greedy_case(2, 6, 8, seed=0), output=tokens_and_cache_use),
@@ -835,17 +848,17 @@ def ladder():
             Case("bf16", "greedy", greedy_case(2, 5, 6, seed=3), BF16, output=tokens_and_cache_use),
         ], (
             Mistake("the cache unused: every step runs the whole sequence again",
-              "after the prompt, feed only the new token: forward(next[:, None], cache, T + step)", "greedy",
-              made_by(greedy_with_forward(forward_ignoring_cache))),
+                    "after the prompt, feed only the new token: forward(next[:, None], cache, T + step)", "greedy",
+                    made_by(greedy_with_forward(forward_ignoring_cache))),
             Mistake("the first position's logits, not the last", "logits[:, -1]: the prediction after the last token",
-              "greedy", made_by(greedy_with_forward(lambda forward: lambda *a, **k: forward(*a, **k)[:, :1]))),
+                    "greedy", made_by(greedy_with_forward(lambda forward: lambda *a, **k: forward(*a, **k)[:, :1]))),
             Mistake("decode steps one slot early (start_pos T + step - 1): each token overwrites the one before",
-              "the token generated at step s goes to slot T + s", "greedy",
-              made_by(greedy_with_forward(forward_one_slot_early))),
+                    "the token generated at step s goes to slot T + s", "greedy",
+                    made_by(greedy_with_forward(forward_one_slot_early))),
             Mistake("the stop ids ignored", "stop once every row has produced one of config.stop_ids", "greedy",
-              made_by(greedy_ignoring_stops)),
+                    made_by(greedy_ignoring_stops)),
             Mistake("stops as soon as any row has produced a stop id", "stop once every row has (done.all())",
-              "greedy", made_by(greedy_stopping_at_any_row)),
+                    "greedy", made_by(greedy_stopping_at_any_row)),
         )),
         Exercise(PAYOFF, "Your model talks", (), 5, "Part 5 · Running it"),
     ]
@@ -901,6 +914,14 @@ def your_line(error, namespace):
     code = found.tb_frame.f_code
     text = linecache.getline(code.co_filename, found.tb_lineno).strip()
     return f" (your {code.co_name}, line {found.tb_lineno} of its cell" + (f": `{text}`)" if text else ")")
+
+
+def inputs(fn, args):
+    """'x: a float32 tensor of shape (2, 5, 48), eps: 1e-06': what a case passes, by parameter name."""
+    names = list(inspect.signature(fn).parameters)
+    show = lambda v: describe(v) if isinstance(v, torch.Tensor) or v is None else (
+        type(v).__name__ if dataclasses.is_dataclass(v) else repr(v))
+    return ", ".join(f"{n}: {show(v)}" for n, v in zip(names, args))
 
 
 def error_text(error):
@@ -1171,7 +1192,8 @@ class Lab:
                 if unwritten(e, fn):
                     return None
                 return Result(ex.number, name, "error", f'ERROR on "{case.name}": {error_text(e)}'
-                              f"{your_line(e, self.g)}", [DEVICE_HINT] if case.device != "cpu" else [])
+                              f"{your_line(e, self.g)}", [DEVICE_HINT] if case.device != "cpu" else
+                              [f"Its inputs: {inputs(right, call.args)}."])
             tolerances = [rounding(e) + 4 * closeness(e, w) for (_, e), (_, w) in zip(leaves(expected), leaves(wide))]
             rows.append((case, call, mine, expected, tolerances))
         failures = [(case, why) for case, call, mine, expected, tol in rows if (why := verdict(mine, expected, tol))]

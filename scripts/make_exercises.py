@@ -191,7 +191,7 @@ def introduction():
                 f"{anchor(payoff.section)}) |")
     hours = sum(e.minutes for e in checks.EXERCISES) / 60
     setup, check_1, check_16 = first_run()
-    mistakes = len({(m.function, m.name) for e in checks.EXERCISES for m in e.mistakes})
+    mistakes = len({m.name for e in checks.EXERCISES for m in e.mistakes})
     return f"""# Qwen3 from scratch: the exercises
 [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({COLAB})
 

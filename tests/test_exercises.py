@@ -154,6 +154,16 @@ MISTAKEN = {
             x = x.float()
             e = torch.exp(x - x.max(dim=0, keepdim=True).values)
             return e / e.sum(dim=0, keepdim=True)""",
+    (7, "softmax", "whole tensor"): """
+        def softmax(x):
+            x = x.float()
+            e = torch.exp(x - x.max())
+            return e / e.sum(dim=-1, keepdim=True)""",
+    (8, "attention_mask", "without the two head axes"): """
+        def attention_mask(pad, start_pos, T, L):
+            q = start_pos + torch.arange(T, device=pad.device)[:, None]
+            k = torch.arange(L, device=pad.device)[None, :]
+            return (k <= q) & (k >= pad[:, None, None]) | (k == q)""",
     (7, "softmax", "scores' dtype"): """
         def softmax(x):
             e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
@@ -404,6 +414,7 @@ def test_an_error_is_one_line_with_the_learners_line_not_a_traceback():
     text = str(lab.result(7))
     assert text.startswith('exercise 7 · softmax: ERROR on "scores (3, 7)": TypeError') and "Traceback" not in text
     assert "(your softmax, line 3 of its cell: `e = torch.exp(x - x.max(dim=-1, keepdim=True))`)" in text
+    assert "Its inputs: x: a float32 tensor of shape (3, 7)." in text
 
 
 def test_an_empty_body_says_not_written_yet(solved):
