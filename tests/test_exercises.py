@@ -500,6 +500,25 @@ def test_the_committed_notebook_is_what_the_generator_makes():
     assert all("### BEGIN SOLUTION" in s for s in solutions())
 
 
+def test_the_generator_finds_the_functions_by_name_wherever_the_cells_are(tmp_path):
+    """Cells added around Part 2 and Part 2's cells split differently: the same exercises."""
+    nb = json.loads(checks.NOTEBOOK.read_text(encoding="utf-8"))
+    part2 = next(i for i, c in enumerate(nb["cells"]) if "".join(c["source"]).startswith("# Part 2"))
+    split = next(i for i, c in enumerate(nb["cells"]) if "def rope_frequencies" in "".join(c["source"]))
+    source = "".join(nb["cells"][split]["source"])
+    at = source.index("def rotate_half")
+    nb["cells"][split:split + 1] = [{**nb["cells"][split], "source": [source[:at]]},
+                                    {**nb["cells"][split], "id": "moved", "source": [source[at:]]}]
+    extra = {"cell_type": "code", "execution_count": None, "id": "extra", "metadata": {}, "outputs": [],
+             "source": ["def rms_norm_elsewhere(x):\n", "    return x\n"]}
+    nb["cells"][part2:part2] = [extra, {**extra, "id": "extra2"}]  # Part 1 grows
+    nb["cells"].insert(-3, {**extra, "id": "extra3"})  # so does a later part
+    copy = tmp_path / checks.NOTEBOOK.name
+    copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for solutions in (False, True):
+        assert make_exercises.notebook(solutions, source=copy) == make_exercises.notebook(solutions)
+
+
 def test_its_links_lead_to_the_main_notebooks_sections():
     nb = json.loads(make_exercises.OUT.read_text(encoding="utf-8"))
     main = json.loads(checks.NOTEBOOK.read_text(encoding="utf-8"))
@@ -527,7 +546,7 @@ def test_the_notebook_runs_headless_with_the_solutions_and_its_model_talks(check
     out = run_headless(nb, checkpoints("tiny"), monkeypatch)
     checked = [out[f"ex{e.number:02d}-check"] for e in checks.EXERCISES]
     assert all(": right" in text for text in checked), checked
-    assert "greedy tokens are the notebook's, token for token" in checked[-1], checked[-1]
+    assert "the notebook's, token for token" in checked[-1] or "a near tie" in checked[-1], checked[-1]
     assert out["grade"].rstrip().endswith(f"passed {checks.PAYOFF} of {checks.PAYOFF}")
 
 
