@@ -462,8 +462,12 @@ def test_a_tensor_made_on_the_cpu_fails_on_another_device():
 def test_the_payoff_says_which_exercise_breaks_the_model(checkpoints, monkeypatch):
     for key, value in dict(QWEN3_MODEL_DIR=str(checkpoints("tiny")), QWEN3_DEVICE="cpu", QWEN3_DTYPE="float32").items():
         monkeypatch.setenv(key, value)
-    lab = learner([MISTAKEN[(8, "attention_mask", "next slot")]])
-    result = lab.result(checks.PAYOFF)
+    lab, threads = learner([MISTAKEN[(8, "attention_mask", "next slot")]]), torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: threads would only wait for each other
+    try:
+        result = lab.result(checks.PAYOFF)
+    finally:
+        torch.set_num_threads(threads)
     text = str(result)
     assert result.status == "wrong" and "leaves the notebook's greedy tokens at token" in text, text
     assert "your functions that fail their checks: exercise 8 (attention_mask): mistake: off by one" in text
@@ -532,7 +536,8 @@ def test_its_links_lead_to_the_main_notebooks_sections():
 
 def run_headless(nb, checkpoint, monkeypatch):
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (requirements-dev.txt)")
-    for key, value in dict(QWEN3_MODEL_DIR=str(checkpoint), QWEN3_DEVICE="cpu", QWEN3_DTYPE="float32").items():
+    for key, value in dict(QWEN3_MODEL_DIR=str(checkpoint), QWEN3_DEVICE="cpu", QWEN3_DTYPE="float32",
+                           OMP_NUM_THREADS="1").items():  # a tiny model: threads would only wait for each other
         monkeypatch.setenv(key, value)
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT / "exercises")}}).execute()
