@@ -30,7 +30,7 @@ def notebook_message():
 
 
 def test_readme_is_short_and_its_commands_are_the_notebooks():
-    assert len(README.splitlines()) <= 200 and len(README.split()) <= 2100, (len(README.splitlines()),
+    assert len(README.splitlines()) <= 210 and len(README.split()) <= 2100, (len(README.splitlines()),  # 53: exercises
                                                                            len(README.split()))
     assert set(blocks()) == {"setup", "run", "random"}
     run = blocks()["run"].strip()
