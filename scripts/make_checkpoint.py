@@ -67,6 +67,12 @@ SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| 
 # The chat template published with Qwen3-0.6B (tokenizer_config.json, "chat_template").
 QWEN3_CHAT_TEMPLATE = open(os.path.join(os.path.dirname(__file__), "qwen3_chat_template.jinja"),
                            encoding="utf-8").read()
+# The chat template published with HuggingFaceTB/SmolLM2-135M-Instruct (and in its GGUF): no tools, no thinking.
+SMOLLM2_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. A language model predicts the next token.",
@@ -107,12 +113,15 @@ def add_qwen3_tokens(tok):
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
 
 
-def start_checkpoint(out_dir):
-    """Make out_dir and write the test tokenizer there; -> {added token: its id}."""
+def start_checkpoint(out_dir, without=()):
+    """Make out_dir and write the test tokenizer there, less the added tokens `without` (the last ones: the ids
+    stay contiguous); -> {added token: its id}."""
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(n_base_tokens=400)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    return {t: tok.token_to_id(t) for t in ADDED_TOKENS}
+    saved = json.loads(tok.to_str())
+    saved["added_tokens"] = [t for t in saved["added_tokens"] if t["content"] not in without]
+    type(tok).from_str(json.dumps(saved)).save(os.path.join(out_dir, "tokenizer.json"))
+    return {t: tok.token_to_id(t) for t in ADDED_TOKENS if t not in without}
 
 
 def is_moe(size):
@@ -338,15 +347,17 @@ def build_qwen35(out_dir, size="tiny-qwen3.5", dtype="bfloat16", seed=0, tied=Tr
     return model
 
 
-def write_text_files(out_dir, ids, max_positions, base=False, with_generation_config=True, template_file=False):
+def write_text_files(out_dir, ids, max_positions, base=False, with_generation_config=True, template_file=False,
+                     chat_template=QWEN3_CHAT_TEMPLATE):
     """generation_config.json and tokenizer_config.json (with the chat template, or beside it in
     chat_template.jinja as transformers 5 writes it), as Qwen3 and Qwen3.5 checkpoints are published.
-    ids: the added tokens' ids; base: a -Base model (stops on <|endoftext|> only, no sampling defaults)."""
+    ids: the added tokens' ids; base: a -Base model (stops on <|endoftext|> only, no sampling defaults); Qwen3's
+    sampling values come with Qwen3's template only (SmolLM2's generation_config.json has none)."""
     eos, eot = ids["<|im_end|>"], ids["<|endoftext|>"]
     gen_path = os.path.join(out_dir, "generation_config.json")
     if with_generation_config:
         gen = {"bos_token_id": eot, "eos_token_id": eot if base else [eos, eot], "pad_token_id": eot}
-        if not base:
+        if not base and chat_template == QWEN3_CHAT_TEMPLATE:  # Qwen3's published values
             gen.update(do_sample=True, temperature=0.6, top_k=20, top_p=0.95)
         with open(gen_path, "w") as f:
             json.dump(gen, f, indent=2)
@@ -359,14 +370,14 @@ def write_text_files(out_dir, ids, max_positions, base=False, with_generation_co
         "model_max_length": max_positions, "split_special_tokens": False,
         "added_tokens_decoder": {str(ids[t]): {"content": t, "special": i < N_SPECIAL, "lstrip": False,
                                               "rstrip": False, "normalized": False, "single_word": False}
-                                 for i, t in enumerate(ADDED_TOKENS)},
+                                 for i, t in enumerate(ADDED_TOKENS) if t in ids},
     }
     template_path = os.path.join(out_dir, "chat_template.jinja")
     if template_file:  # transformers 5 writes the template to its own file
         with open(template_path, "w", encoding="utf-8") as f:
-            f.write(QWEN3_CHAT_TEMPLATE)
+            f.write(chat_template)
     else:
-        tok_cfg["chat_template"] = QWEN3_CHAT_TEMPLATE
+        tok_cfg["chat_template"] = chat_template
         if os.path.exists(template_path):
             os.remove(template_path)
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -374,7 +385,8 @@ def write_text_files(out_dir, ids, max_positions, base=False, with_generation_co
 
 
 # Llama (model_type llama), laid out as HuggingFaceTB/SmolLM2-135M-Instruct is published: tied and no
-# lm_head.weight stored, no head_dim in config.json (hidden / heads), rope_theta 100000, no QK-norm.
+# lm_head.weight stored, no head_dim in config.json (hidden / heads), rope_theta 100000, no QK-norm; its chat
+# template (no tools, no thinking), no <think> tokens, no sampling values in generation_config.json.
 LLAMA_SIZES = {
     "tiny-llama": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=640, max_position_embeddings=512),
@@ -382,12 +394,12 @@ LLAMA_SIZES = {
 
 
 def build_llama(out_dir, size="tiny-llama", dtype="bfloat16", seed=0, tied=True):
-    """A random Llama checkpoint with this project's test tokenizer and chat template."""
+    """A random Llama checkpoint with this project's test tokenizer (less <think>) and SmolLM2's chat template."""
     from transformers import LlamaConfig, LlamaForCausalLM
     from safetensors.torch import save_file
 
     shape = LLAMA_SIZES[size]
-    ids = start_checkpoint(out_dir)
+    ids = start_checkpoint(out_dir, without=("<think>", "</think>"))
     eos = ids["<|im_end|>"]
     torch.manual_seed(seed)
     config = LlamaConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=tied, bos_token_id=ids["<|im_start|>"],
@@ -407,7 +419,7 @@ def build_llama(out_dir, size="tiny-llama", dtype="bfloat16", seed=0, tied=True)
            "transformers_version": "4.42.3", "use_cache": True}
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    write_text_files(out_dir, ids, shape["max_position_embeddings"])
+    write_text_files(out_dir, ids, shape["max_position_embeddings"], chat_template=SMOLLM2_CHAT_TEMPLATE)
     return model
 
 

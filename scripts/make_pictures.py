@@ -7,12 +7,14 @@ GitHub reader sees), with the notebook's own plotting functions:
   models/SmolLM2-135M-Instruct is missing), on the notebook's demo question: docs/attention_layer0.png,
   docs/logit_lens.png, docs/heads.png, docs/sinks.png, docs/stream_size.png, docs/confidence.png,
   docs/routing.png (a random router over its embeddings: the mechanics of a mixture-of-experts layer);
-- measured on this machine: docs/step.png (a batch-1 decode step against the memory roofline).
+- from docs/benchmark.json (benchmarks/benchmark.py's run, on a quiet machine): docs/step.png (a batch-1 decode
+  step against the memory roofline, titled with the model, dtype, machine and date it was measured on).
 docs/benchmark.png comes from benchmarks/benchmark.py.
 
     python3 scripts/make_pictures.py
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -70,9 +72,10 @@ def trained(docs):
 
 
 def measured(docs):
-    tiny = make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
-    q = load_engine(tiny, tags=("plots",), QWEN3_COMPILE="off")
-    q.plot_step(q.measure_machine(), path=docs / "step.png")
+    tiny = make_checkpoint.cached(ROOT / ".cache" / "qwen3-tiny-random")
+    q = load_engine(tiny, tags=("plots",), QWEN3_COMPILE="off")  # any checkpoint: the figures are the report's
+    report = json.loads((docs / "benchmark.json").read_text())
+    q.plot_step({"docs/benchmark.json": q.saved_step(report)}, path=docs / "step.png")
     return ["step"]
 
 

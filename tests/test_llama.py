@@ -109,6 +109,15 @@ def test_converter_writes_the_published_layout(smollm2):
     config = json.loads((smollm2 / "config.json").read_text())
     assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30 and config["hidden_size"] == 576
     assert "<|im_start|>" in json.loads((smollm2 / "tokenizer_config.json").read_text())["chat_template"]
+    # the sampling SmolLM2's card recommends, which the GGUF does not hold: the notebook samples with it
+    generation = json.loads((smollm2 / "generation_config.json").read_text())
+    assert (generation["temperature"], generation["top_p"]) == (0.2, 0.9), generation
+
+
+def test_smollm2_samples_as_its_card_says_with_or_without_thinking(smol):
+    q = smol[0]
+    for thinking in (True, False):  # a template without thinking mode: no Qwen3 values for either
+        assert {k: q.chat_sampling(thinking, {})[k] for k in ("temperature", "top_p")} == {"temperature": 0.2, "top_p": 0.9}
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +157,10 @@ def test_smollm2_prompt_lookup_keeps_drafts_on_copying_text(smol):
 
 
 def test_notebook_runs_on_a_llama_checkpoint(tiny_llama, monkeypatch):
-    """Every cell on a Llama: the layer-0 walk, the mistakes and the Llama cell run without QK-norm."""
-    from test_notebook_runs import run_notebook
+    """Every cell on a Llama: the layer-0 walk, the mistakes and the Llama cell run without QK-norm; with SmolLM2's
+    chat template, the tool and thinking sections say that the model has neither."""
+    from test_notebook_runs import check_what_is_printed_agrees_with_the_model, run_notebook
     code = run_notebook(tiny_llama, monkeypatch)
+    check_what_is_printed_agrees_with_the_model(code, tiny_llama)
     text = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "no QK-norm to take away here" in text and "tokens/s" in text and "torch's fused scaled_dot_product_attention" in text
