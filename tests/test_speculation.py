@@ -73,7 +73,9 @@ def test_prompt_lookup_rules(engine):
     q = engine()
     assert q.prompt_lookup([5, 6, 7, 1, 2, 3, 9, 5, 6, 7], 4) == [1, 2, 3, 9]  # the match at the very start
     assert q.prompt_lookup([1, 2, 3, 4, 9, 3, 5, 2, 3], 2) == [4, 9]           # the longest match, not the latest [3]
-    assert q.prompt_lookup([3, 8, 1, 3, 7, 2, 3], 2) == [7, 2]                 # most recent occurrence of [3]
+    assert q.prompt_lookup([3, 8, 1, 3, 7, 2, 3], 2) == []                     # one token matches by chance: no draft
+    assert q.prompt_lookup([3, 8, 1, 3, 7, 2, 3], 2, shortest=1) == [7, 2]     # most recent occurrence of [3]
+    assert q.prompt_lookup([9, 3, 8, 1, 9, 3, 7, 2, 9, 3], 2) == [7, 2]        # most recent occurrence of [9, 3]
     assert q.prompt_lookup([4, 5, 4, 5], 5) == [4, 5, 4, 5, 4]                  # the copy runs into itself
     assert q.prompt_lookup([1, 2, 3], 4) == [] and q.prompt_lookup([1], 4) == []
 
@@ -120,10 +122,10 @@ def scripted_run(q, monkeypatch, text, prompt_len, max_new_tokens, k=4):
 
 def test_every_draft_rejected(engine, monkeypatch):
     q = engine()
-    prompt = [1, 50, 2, 50, 3, 50, 4, 50, 5, 50]     # each token is followed by 50 here, the model goes 1, 2, 3 ...
-    result, chunks = scripted_run(q, monkeypatch, prompt + [1, 2, 3, 4, 5, 6], len(prompt), 6)
+    prompt = [9, 1, 50, 1, 2, 50, 2, 3, 50, 3, 4, 50, 4, 5, 50, 9]  # each pair is followed by 50 here,
+    result, chunks = scripted_run(q, monkeypatch, prompt + [1, 2, 3, 4, 5, 6], len(prompt), 6)  # the model: 1, 2, 3 ...
     assert result.tokens == [[1, 2, 3, 4, 5, 6]] and result.forward_passes == 5
-    assert chunks[:4] == [[1, 50, 2, 50, 3], [2, 50, 3, 50, 4], [3, 50, 4, 50, 5], [4, 50, 5, 50, 1]]
+    assert chunks[:4] == [[1, 50, 1, 2, 50], [2, 50, 2, 3, 50], [3, 50, 3, 4, 50], [4, 50, 4, 5, 50]]
 
 
 def test_every_draft_accepted(engine, monkeypatch):
@@ -154,11 +156,11 @@ def test_stop_id_inside_an_accepted_draft(engine, monkeypatch):
 def test_batch_keeps_the_drafts_every_row_agrees_with(engine, monkeypatch):
     q = engine()
     text0 = list(range(10, 20)) * 4                     # row 0: a passage the drafts predict
-    text1 = [13, 50, 51, 52, 10, 11, 12] + list(range(13, 30))  # row 1: [13] was followed by 50 ..., not 14
+    text1 = [12, 13, 50, 51, 52, 10, 11, 12] + list(range(13, 30))  # row 1: [12, 13] was followed by 50 ..., not 14
     model = Scripted(q, [text0, text1]).install(monkeypatch)
-    rows = [text0[:13], text1[:7]]
+    rows = [text0[:13], text1[:8]]
     result = q.generate(rows, 6, speculate=4)
-    assert result.tokens == [text0[13:19], text1[7:13]] == q.generate(rows, 6).tokens
+    assert result.tokens == [text0[13:19], text1[8:14]] == q.generate(rows, 6).tokens
     assert model.chunks[1] == [text0[13:18], [13, 50, 51, 52, 10]]  # row 0's drafts are right, row 1's are not
     assert [len(c[0]) for c in model.chunks[2:6]] == [1] * 4  # then row 1 has no draft: plain steps
     assert result.forward_passes == 5                   # so the batch gained nothing
@@ -191,7 +193,7 @@ def test_speculative_sampling_keeps_the_distribution(engine, monkeypatch):
     bigram = torch.full((q.config.vocab_size, q.config.vocab_size), -math.inf)
     bigram[1:4, 1:4] = p.log()
     model = Scripted(q, bigram=bigram.to(TEST_DEVICE)).install(monkeypatch)
-    prompt = [1, 2, 3, 1, 3, 2, 2, 1]
+    prompt = [1, 1, 2, 1, 3, 2, 2, 3, 3, 1]  # every pair of 1, 2, 3 occurs: each step finds a 2-token match
     rows, n = [], 3
     for seed in range(4):
         rows += q.generate([prompt] * 2500, n, temperature=1.0, seed=seed, speculate=4).tokens
