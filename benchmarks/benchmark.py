@@ -7,7 +7,9 @@
     python3 benchmarks/benchmark.py --compile on   # + the compiled decode step (default: on CUDA only)
     python3 benchmarks/benchmark.py --only-qwen35  # only the Qwen3.5 rows (docs/benchmark-qwen35.*)
     python3 benchmarks/benchmark.py --only-speculation  # only speculate=4 vs plain (a few minutes)
+    python3 benchmarks/benchmark.py --only-core --cpu-kind avx2   # decode b1/b16, prefill 512/4,096 vs transformers
     python3 benchmarks/benchmark.py --llama-cpp DIR    # + llama.cpp columns (llama-cpp-python, DIR: its converter)
+    python3 benchmarks/benchmark.py --cpu-kind avx2    # the whole run as an AVX2-only CPU (benchmarks/cpu_kind.py)
 
 Uses QWEN3_MODEL_DIR when set, else builds (once, cached in .cache/) a random-weight checkpoint with
 the exact Qwen3-0.6B shapes in the published layout; the MoE rows use a random checkpoint with the
@@ -25,7 +27,8 @@ A batch-1 row after a 4,096-token prompt compares unquantized decoding (eager, c
 The kind of weight every load made (each engine, each memory probe) is recorded in the report. Both unquantized and int8 also
 decode three chat prompts at batch 1 with speculate=4 (prompt lookup, guess and check) against plain. Writes
 docs/benchmark.md, docs/benchmark.json and docs/benchmark.png (with the machine they came from), and
-prints the ratios (notebook / transformers) on its last line.
+prints the ratios (notebook / transformers) on its last line. Every table and JSON names the CPU kind it ran as
+(--cpu-kind: torch capped to AVX2, or to AVX-512 without bf16, in this process and every one it starts).
 """
 
 import argparse
@@ -39,6 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cpu_kind  # noqa: E402
+
+cpu_kind.apply()  # --cpu-kind: torch's caps, set before torch is imported (here and in every subprocess)
 # The notebook sets this before it imports torch (2 MB pages for the weights it copies into its own
 # tensors); this script imports torch before the notebook's cells run, so it sets it here. It changes
 # nothing for transformers, whose weights stay mapped from the checkpoint file.
@@ -72,6 +79,12 @@ def prompts(n_rows, n_tokens, vocab, seed=0):
     return torch.randint(0, vocab, (n_rows, n_tokens), generator=g).tolist()
 
 
+def machine(q):
+    """The machine a report came from: the notebook's name for it, and the CPU kind this run emulates."""
+    return {"name": q.machine_name(), "device": str(q.device), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "cpu_kind": cpu_kind.describe()}
+
+
 WEIGHTS = [("bf16", "", "bf16"), ("int8", "_int8", "q8_0"), ("int4", "_int4", "q4_0")]  # name, result key, llama.cpp's
 LONG_CONTEXT = 4096  # the long-context decode row: batch 1 after a prompt this long
 LOADS = []  # the kind of weight each load of the notebook made, in the order of the loads
@@ -80,7 +93,8 @@ LOADS = []  # the kind of weight each load of the notebook made, in the order of
 def weights_kind(q):
     """What a load made of its layer matrices: the class, its dtype or layout (the rule's choice, not a timing)."""
     w = q.weights.layers[0].qkv_proj
-    how = {"Int4Weight": lambda: w.layout, "Int8Weight": lambda: "fused" if q.FUSED_INT8 else "tiles"}.get(
+    how = {"Int4Weight": lambda: w.layout, "Int8Weight": lambda: "fused" if q.FUSED_INT8 else "tiles",
+           "Bf16Weight": lambda: f"bf16 up to {q.BF16_ROWS} rows, else float32; {str(q.dtype)[6:]} activations"}.get(
         type(w).__name__, lambda: str(q.dtype)[6:])()
     return f"{type(w).__name__} ({how})"
 
@@ -293,7 +307,7 @@ def dense_rows(a, device):
     device = q.device
     hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=q.dtype, attn_implementation="sdpa").to(device).eval()
     vocab = q.tokenizer.get_vocab_size()
-    print(f"device {device}, {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
+    print(f"device {device}, {q.machine_name()}, CPU kind {cpu_kind.describe()}, checkpoint {model_dir.name}", flush=True)
     for fn in (lambda: ours_decode(q, prompts(1, 32, vocab), 4), lambda: ours_decode(q8, prompts(1, 32, vocab), 4),
                lambda: ours_decode(q4, prompts(1, 32, vocab), 4),
                lambda: hf_decode(hf, prompts(1, 32, vocab), 4, device)):
@@ -362,8 +376,7 @@ def dense_rows(a, device):
     report = {
         "checkpoint": model_dir.name, "dtype": str(q.dtype)[6:], "weights": weights_kind(q), "weights_int8": weights_kind(q8),
         "weights_int4": weights_kind(q4),
-        "machine": {"name": q.machine_name(), "device": str(device), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "quick": quick}, "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(q) | {"quick": quick}, "date": time.strftime("%Y-%m-%d"),
         "decode_b1_tokens_per_s": results["decode_b1"], "decode_b16_tokens_per_s": results["decode_b16"],
         "sweep_tokens_per_s": {str(b): v for b, v in sorted(sweep.items())},
         "prefill_seconds": {str(n): results[f"prefill_{n}_seconds"] for n in prefills},
@@ -384,6 +397,34 @@ def dense_rows(a, device):
     out.mkdir(parents=True, exist_ok=True)
     q.plot_throughput(report, out / f"benchmark{'-quick' if quick else ''}.png")
     return report, q  # q: the bf16 engine, which the Qwen3.5 rows reuse
+
+
+def core_rows(a):
+    """--only-core: the dense model's decode (batch 1, 16) and prefill (512, 4,096 tokens) rows alone, the notebook
+    as a reader loads it against transformers in the notebook's dtype, alternating; prints every run, the medians
+    and the ratios (notebook / transformers speed)."""
+    from transformers import Qwen3ForCausalLM
+    model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
+    q = engine(model_dir, a.device)
+    hf = Qwen3ForCausalLM.from_pretrained(model_dir, dtype=q.dtype, attn_implementation="sdpa").to(q.device).eval()
+    print(f"{q.machine_name()}, CPU kind {cpu_kind.describe()}, notebook {str(q.dtype)[6:]} ({weights_kind(q)}), "
+          f"transformers {str(q.dtype)[6:]}, checkpoint {model_dir.name}", flush=True)
+    engines = {"notebook": lambda rows, n: ours_decode(q, rows, n),
+               "transformers": lambda rows, n: hf_decode(hf, rows, n, q.device)}
+    vocab = q.tokenizer.get_vocab_size()
+    for f in engines.values():
+        f(prompts(1, 32, vocab), 4), f(prompts(16, 32, vocab), 4)  # warm-up
+    lines = []
+    for batch, new in [(1, 16 if a.quick else 64), (16, 8 if a.quick else 32)]:
+        v = compare(f"decode tokens/s, batch {batch}", engines, prompts(batch, 32, vocab, seed=batch), new, a.runs)
+        lines.append(f"decode, batch {batch}: notebook {v['notebook']:.2f}, transformers {v['transformers']:.2f} "
+                     f"tokens/s: {v['notebook'] / v['transformers']:.2f}x")
+    for n in (64,) if a.quick else (512, 4096):
+        v = compare(f"prefill seconds, {n}-token prompt", engines, prompts(1, n, vocab, seed=n), 2,
+                    a.runs if n <= 512 else 1, index=1)
+        lines.append(f"prefill, {n} tokens: notebook {v['notebook']:.2f} s, transformers {v['transformers']:.2f} s: "
+                     f"{v['transformers'] / v['notebook']:.2f}x")
+    print("\n".join(lines))
 
 
 def moe_rows(a, device):
@@ -438,8 +479,7 @@ def qwen35_rows(a, device, q3=None):
     prefill = compare(f"Qwen3.5 prefill seconds, {n_prefill}-token prompt", engines, prompts(1, n_prefill, vocab, seed=7), 2,
                       runs, index=1)
     return {"checkpoint": model_dir.name, "qwen3_checkpoint": qwen3_dir.name, "weights": weights_kind(q),
-            "machine": {"name": q.machine_name(), "device": str(q.device), "threads": torch.get_num_threads(),
-                        "torch": torch.__version__, "quick": quick},
+            "machine": machine(q) | {"quick": quick},
             "decode_b1_tokens_per_s": decode, "prefill_seconds": prefill, "prefill_tokens": n_prefill, "new_tokens": n1,
             "weight_bytes": q.stored_bytes(), "qwen3_weight_bytes": q3.stored_bytes(),
             "kv_bytes_per_token": q.kv_bytes_per_token(), "qwen3_kv_bytes_per_token": q3.kv_bytes_per_token(),
@@ -449,7 +489,8 @@ def qwen35_rows(a, device, q3=None):
 def qwen35_markdown(e):
     d, p = e["decode_b1_tokens_per_s"], e["prefill_seconds"]
     return "\n".join([
-        f"## Qwen3.5: `{e['checkpoint']}` (random weights) on {e['machine']['name']}", "",
+        f"## Qwen3.5: `{e['checkpoint']}` (random weights) on {e['machine']['name']}, CPU kind "
+        f"{e['machine'].get('cpu_kind', 'native')}", "",
         "transformers runs its pure-PyTorch Gated DeltaNet here (flash-linear-attention is a GPU package), so the "
         f"notebook's own Qwen3-0.6B (`{e['qwen3_checkpoint']}`), measured in the same alternating runs, is the other "
         "reference. Higher is better except for seconds.", "",
@@ -478,11 +519,15 @@ def main():
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                    help="the notebook's QWEN3_DTYPE (auto: as a reader gets it); transformers runs in the same dtype")
     p.add_argument("--speculate-tokens", type=int, default=128, help="new tokens per speculate=4 vs plain run")
+    p.add_argument("--only-core", action="store_true",
+                   help="only decode at batch 1 and 16 and prefill of 512 and 4,096 tokens, notebook vs transformers "
+                        "(prints them, every run and the medians; writes nothing)")
     p.add_argument("--only-speculation", action="store_true",
                    help="only the speculate=4 vs plain rows, on the dense model (prints them; writes nothing)")
     p.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"), metavar="DIR",
                    help="a llama.cpp source tree (convert_hf_to_gguf.py): with llama-cpp-python installed, adds llama.cpp "
                         "bf16 / q8_0 / q4_0 columns to the batch-1 decode row (default: $LLAMA_CPP_DIR)")
+    cpu_kind.add_argument(p)
     p.add_argument("--memory-probe", nargs=6, metavar=("DIR", "DEVICE", "PROMPT", "NEW", "QUANT", "DTYPE"),
                    help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -503,11 +548,13 @@ def main():
         (out / f"benchmark-qwen35{suffix}.md").write_text(qwen35_markdown(e))
         print(qwen35_markdown(e))
         return
+    if a.only_core:
+        return core_rows(a)
     if a.only_speculation:
         model_dir = checkpoint_dir("tiny" if a.quick else "0.6B")
         for label, env in [("bf16", {}), ("int8", {"QWEN3_QUANT": "int8"})]:
             q = engine(model_dir, a.device, **env)
-            print(f"{label}: {q.machine_name()}, checkpoint {model_dir.name}", flush=True)
+            print(f"{label}: {q.machine_name()}, CPU kind {cpu_kind.describe()}, checkpoint {model_dir.name}", flush=True)
             q.generate([[1, 2, 3]], 4), q.generate([[1, 2, 3]], 8, speculate=4)  # warm-up
             speculation(q, 16 if a.quick else a.speculate_tokens, 1 if a.quick else a.runs)
         return
@@ -567,7 +614,8 @@ def markdown(r):
         f"{speed(v, 'notebook_int4', lower_better):.2f}x |")
     lines = [
         "# Benchmark: notebook engine vs transformers", "",
-        f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}). "
+        f"Machine: **{r['machine']['name']}** ({r['machine']['device']}, torch {r['machine']['torch']}), "
+        f"CPU kind **{r['machine']['cpu_kind']}**. "
         f"Checkpoint: `{r['checkpoint']}` (random weights). The notebook in **{r['dtype']}** (`QWEN3_DTYPE={DTYPE}`), "
         f"transformers in the same dtype with SDPA attention. Greedy decoding, stop ids disabled; medians of alternating "
         "runs in one process. Higher is better except for seconds.", "",

@@ -66,23 +66,11 @@ def test_packed_weights_compute_the_plain_products(loaded, reference):
     assert torch.equal(layer.k_proj, plain[q.config.num_attention_heads * q.config.head_dim:][:layer.k_proj.shape[0]])
 
 
-def test_auto_dtype_asks_the_device_and_the_cpu(loaded, monkeypatch):
+def test_auto_dtype_asks_the_device_and_the_cpu(loaded):
+    """The rule for each answer a CPU or GPU gives: tests/test_cpu_kinds.py. Here: what this machine loaded."""
     q = loaded("auto")
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    for has_bf16, free, expected in [(True, 2**40, torch.bfloat16), (False, 2**40, torch.float32),
-                                     (False, 2**20, torch.bfloat16), (True, 2**20, torch.bfloat16)]:
-        monkeypatch.setitem(q._module.__dict__, "cpu_multiplies_bf16", lambda has_bf16=has_bf16: has_bf16)
-        monkeypatch.setitem(q._module.__dict__, "free_memory_bytes", lambda device, free=free: free)
-        dtype, why = q.pick_dtype("auto", cpu, 2**30)
-        assert dtype == expected, (has_bf16, free, why)
-        assert ("slow" in why) == (dtype == torch.bfloat16 and not has_bf16)  # says so when it must be slow
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4
-    assert q.pick_dtype("auto", cuda, 0)[0] == torch.float32
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
-    assert q.pick_dtype("auto", cuda, 0)[0] == torch.bfloat16
-    assert q.pick_dtype("float32", cpu, 0)[0] == torch.float32
-    monkeypatch.undo()
-    assert q.dtype == q.pick_dtype("auto", q.device, 0)[0] or q.dtype == torch.bfloat16  # as it loaded here
+    assert (q.dtype, q.weights_as) == q.pick_dtype("auto", q.device)[:2]
+    assert (q.weights_as == "bf16") == (type(q.weights.layers[0].qkv_proj).__name__ == "Bf16Weight")
 
 
 @pytest.mark.parametrize("machine, system, says, expected", [

@@ -264,12 +264,14 @@ def test_the_engine_does_not_grow_back():
     issue 45 removed the load-time kernel tuner: 1,689; issue 46 reshaped the parts (Part 2 dense Qwen3 only,
     its checks folded; loading out of the family part; the chat template after the first text): 1,695, with 971
     before the first text (the issue's 1,550 and 800 are not met: quantizing as the weights are read keeps int8 and
-    int4 in Part 4, so that a model that fits only quantized still loads)."""
+    int4 in Part 4, so that a model that fits only quantized still loads); issue 51 kept the weights bf16 on a CPU
+    without bf16 products (Bf16Weight, its product chosen by the number of rows; the dtype rule reading torch's
+    caps): +23, 1,718, with 994 before the first text."""
     lines = {p: len(nonblank(engine_source(p))) for p in range(1, 8)}
     before = sum(len(nonblank(["".join(c["source"])])) for c in cells()[:first_text_cell()]
                  if c["cell_type"] == "code" and "demo" not in c["metadata"].get("tags", []))
-    assert sum(lines.values()) <= 1695, lines
-    assert before <= 971, before
+    assert sum(lines.values()) <= 1718, lines
+    assert before <= 994, before
 
 
 def test_no_engine_line_is_over_110_characters():
