@@ -182,6 +182,9 @@ def time_inside_step(q, rows, new_tokens, function):
     """(ms per decode step, ms of it inside the notebook's `function`) from a real generation, the
     function timed call by call (CPU only: on a GPU a sync per call would change what is measured)."""
     real, calls = q._module.__dict__[function], []
+    kinds = [v for v in q._module.__dict__.values() if isinstance(v, type) and issubclass(v, q.LayerWeights)]
+    parts = [(kind, part) for kind in kinds for part in ("mixer", "feed_forward")  # a layer's own parts hold
+             if getattr(kind.__dict__.get(part), "__func__", None) is real]        # the function itself
 
     def timed(x, *args):
         t0 = time.perf_counter()
@@ -189,10 +192,14 @@ def time_inside_step(q, rows, new_tokens, function):
         calls.append((x.dim() == 2, x.dim() == 2 or x.shape[1] == 1, time.perf_counter() - t0))
         return out
     q._module.__dict__[function] = timed
+    for kind, part in parts:
+        setattr(kind, part, staticmethod(timed))
     try:
         r = q.generate(rows, new_tokens)
     finally:
         q._module.__dict__[function] = real
+        for kind, part in parts:
+            setattr(kind, part, staticmethod(real))
     first_head = next((i for i, c in enumerate(calls) if c[0]), None)  # lm_head after the prefill: not a decode step
     decode = [dt for i, (_, one_token, dt) in enumerate(calls) if one_token and i != first_head]
     return 1000 * len(rows) / r.decode_tokens_per_second, 1000 * sum(decode) / (new_tokens - 1)
