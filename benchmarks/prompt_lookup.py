@@ -92,7 +92,8 @@ class Scripted:
     def lm_head(self, hidden):
         logits = self.real["lm_head"](hidden)                         # (B, T, V) or (B, V), batch 1 here
         start, T = self.chunk
-        positions = self.torch.arange(start, start + T) if hidden.dim() == 3 else self.torch.tensor([start + T - 1])
+        last = self.torch.tensor([start + T - 1])
+        positions = self.torch.arange(start, start + T) if hidden.dim() == 3 else last
         wanted = self.text[(positions + 1).clamp(max=len(self.text) - 1)]
         rows = logits.view(-1, T if hidden.dim() == 3 else 1, logits.shape[-1])[0]
         rows[self.torch.arange(len(wanted)), wanted] = rows.max() + 100.0
@@ -119,7 +120,8 @@ def compare(q, name, prompt, new_tokens, runs, scripted_reply=None):
         for _ in range(runs):
             for mode, (k, lookup) in modes.items():
                 q.prompt_lookup = lookup
-                with Scripted(q, prompt + scripted_reply) if scripted_reply is not None else contextlib.nullcontext():
+                scripted = contextlib.nullcontext() if scripted_reply is None else Scripted(q, prompt + scripted_reply)
+                with scripted:
                     results[mode].append(q.generate([prompt], new_tokens, speculate=k))
     finally:
         q.prompt_lookup = real_lookup

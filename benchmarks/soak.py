@@ -55,7 +55,7 @@ def main():
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--every", type=int, default=50, help="print resident memory every this many calls")
-    p.add_argument("--model-dir", default=None, help="a checkpoint (default: the random 0.6B, built once in .cache/)")
+    p.add_argument("--model-dir", default=None, help="default: the random 0.6B, built once in .cache/")
     p.add_argument("--notebook", default=None, help="another copy of the notebook (an earlier commit's, say)")
     a = p.parse_args()
     checkpoint = a.model_dir or make_checkpoint.cached(ROOT / ".cache" / "qwen3-0.6B-random", "0.6B")
@@ -76,7 +76,8 @@ def main():
             after[call], heap = resident_mib(), malloc_mib()
             heap = "" if heap is None else ("; malloc: {:.0f} in use, {:.0f} freed but kept ({:.0f} at the top), "
                                             "{:.0f} mmapped".format(*heap))
-            print(f"after call {call:4d}: resident {after[call]:8.1f} MiB{heap}  ({time.perf_counter() - t0:6.0f} s)",
+            seconds = time.perf_counter() - t0
+            print(f"after call {call:4d}: resident {after[call]:8.1f} MiB{heap}  ({seconds:6.0f} s)",
                   flush=True)
     print(f"resident after call {a.calls} / after call 10: {after[a.calls] / after[10]:.3f} "
           f"({after[10]:.0f} -> {after[a.calls]:.0f} MiB)")

@@ -122,8 +122,8 @@ def scripted_run(q, monkeypatch, text, prompt_len, max_new_tokens, k=4):
 
 def test_every_draft_rejected(engine, monkeypatch):
     q = engine()
-    prompt = [9, 1, 50, 1, 2, 50, 2, 3, 50, 3, 4, 50, 4, 5, 50, 9]  # each pair is followed by 50 here,
-    result, chunks = scripted_run(q, monkeypatch, prompt + [1, 2, 3, 4, 5, 6], len(prompt), 6)  # the model: 1, 2, 3 ...
+    prompt = [9, 1, 50, 1, 2, 50, 2, 3, 50, 3, 4, 50, 4, 5, 50, 9]  # each pair the model makes is followed by 50
+    result, chunks = scripted_run(q, monkeypatch, prompt + [1, 2, 3, 4, 5, 6], len(prompt), 6)  # it goes 1, 2, 3 ...
     assert result.tokens == [[1, 2, 3, 4, 5, 6]] and result.forward_passes == 5
     assert chunks[:4] == [[1, 50, 1, 2, 50], [2, 50, 2, 3, 50], [3, 50, 3, 4, 50], [4, 50, 4, 5, 50]]
 
@@ -156,7 +156,7 @@ def test_stop_id_inside_an_accepted_draft(engine, monkeypatch):
 def test_batch_keeps_the_drafts_every_row_agrees_with(engine, monkeypatch):
     q = engine()
     text0 = list(range(10, 20)) * 4                     # row 0: a passage the drafts predict
-    text1 = [12, 13, 50, 51, 52, 10, 11, 12] + list(range(13, 30))  # row 1: [12, 13] was followed by 50 ..., not 14
+    text1 = [12, 13, 50, 51, 52, 10, 11, 12] + list(range(13, 30))  # row 1: [12, 13] was followed by 50, not 14
     model = Scripted(q, [text0, text1]).install(monkeypatch)
     rows = [text0[:13], text1[:8]]
     result = q.generate(rows, 6, speculate=4)
