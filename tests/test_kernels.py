@@ -49,7 +49,8 @@ def test_each_kind_of_weight_is_chosen_by_the_rule(loaded):
     import re
     source = "\n".join(engine_cells())
     assert source.count("def linear(") == 1 and not re.search(r"^linear = ", source, re.M)  # Part 2's, never rebound
-    assert not loaded("bfloat16").weights.embed_tokens.is_mkldnn  # the lookup table stays plain
+    table = loaded("bfloat16").weights.embed_tokens
+    assert not getattr(table, "w", table).is_mkldnn  # the lookup table stays plain (a TiedTable holds it plain)
     q4 = loaded("float32", QWEN3_QUANT="int4")
     fused = q4.has_kernel("aten::_weight_int4pack_mm_for_cpu", q4.device) if TEST_DEVICE == "cpu" else None
     assert q4.weights.layers[0].qkv_proj.layout == q4.int4_layout() == ("cpu" if fused else q4.int4_layout())
@@ -64,6 +65,45 @@ def test_packed_weights_compute_the_plain_products(loaded, reference):
     x = torch.randn(5, q.config.hidden_size).to(torch.bfloat16)
     torch.testing.assert_close(q.linear(x, layer.qkv_proj).float(), (x @ plain.T).float(), atol=2e-2, rtol=2e-2)
     assert torch.equal(layer.k_proj, plain[q.config.num_attention_heads * q.config.head_dim:][:layer.k_proj.shape[0]])
+
+
+def test_the_tied_table_multiplies_one_row_with_atens_own_kernel(loaded, reference):
+    """Where oneDNN packs bf16, the tied embedding table (looked up, so it stays plain) multiplies one row, a
+    decode step's lm_head, with oneDNN switched off: aten's own kernel, which reads it at the memory's speed
+    where oneDNN's reads it at half (docs/performance.md); more rows go to oneDNN. Both are the plain product,
+    and a decode step's logits stay within transformers' own bf16 rounding."""
+    if not BF16_PACKING:
+        pytest.skip("oneDNN packs no bf16 weights on this CPU (AVX-512 or AVX-NE-CONVERT needed)")
+    from torch.overrides import TorchFunctionMode
+    q = loaded("bfloat16")
+    w = q.weights
+    assert w.lm_head is w.embed_tokens and type(w.lm_head).__name__ == "TiedTable"
+    table = w.lm_head.w
+    assert table.dtype == torch.bfloat16 and not table.is_mkldnn
+    ids = random_ids(2, 7, seed=41)
+    assert torch.equal(q.embed(ids), table[ids])  # the lookup: the table's rows
+
+    class OneDnnAtEachProduct(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("__matmul__", "matmul"):
+                seen.append(torch.backends.mkldnn.enabled)
+            return func(*args, **(kwargs or {}))
+    seen = []
+    for rows in (1, 2, 5):
+        x = torch.randn(rows, q.config.hidden_size).bfloat16()
+        with OneDnnAtEachProduct():
+            out = q.linear(x, w.lm_head)
+        exact = x.float() @ table.float().T
+        torch.testing.assert_close(out.float(), exact, atol=1e-2 * exact.abs().max().item(), rtol=1e-2)
+    assert seen == [False, True, True] and torch.backends.mkldnn.enabled  # and switched back on
+    eager, sdpa = reference(dtype=torch.bfloat16), reference(dtype=torch.bfloat16, attn="sdpa")
+    ids = random_ids(1, 40, seed=42)
+    theirs = eager(ids).logits.float()
+    budget = (sdpa(ids).logits.float() - theirs).abs().max()
+    cache = q.make_cache(1, 40)
+    q.forward(ids[:, :39], cache)
+    step = q.forward(ids[:, 39:], cache, start_pos=39)  # one row: aten's kernel
+    assert (step[:, -1] - theirs[:, -1]).abs().max() <= budget
 
 
 def test_auto_dtype_asks_the_device_and_the_cpu(loaded):

@@ -270,11 +270,13 @@ def test_the_engine_does_not_grow_back():
     generation one step chosen once (eager, speculative, compiled, within a thinking budget), sampling one function
     (min_p added through it), and moved plumbing after the first text (the kv/state byte counts, the allocator, the
     removed settings' notices, Qwen3.5's memory snapshot), with issue 51's memory caps and malloc_trim: 1,743, with
-    960 before the first text (its 1,620 and 880 are not met: see the closing note of that session)."""
+    960 before the first text (its 1,620 and 880 are not met: see the closing note of that session); the tied
+    table's one-row product (TiedTable, Part 6: a decode step 1.2-1.4x faster on a CPU whose oneDNN packs bf16):
+    +9, 1,752."""
     lines = {p: len(nonblank(engine_source(p))) for p in range(1, 8)}
     before = sum(len(nonblank(["".join(c["source"])])) for c in cells()[:first_text_cell()]
                  if c["cell_type"] == "code" and "demo" not in c["metadata"].get("tags", []))
-    assert sum(lines.values()) <= 1743, lines
+    assert sum(lines.values()) <= 1752, lines
     assert before <= 960, before
 
 
