@@ -100,8 +100,9 @@ take cache slots `start_pos ..`; L is `start_pos + T` unless given. RoPE's posit
 `mask = attention_mask(cache.pad, start_pos, T, L)`; `x = embed(token_ids)`; every layer in turn,
 `x = decoder_layer(x, layer, i, ...)`; then the final RMSNorm, `weights.norm`. Return (B, T, D).
 
-**`lm_head(hidden)`**: logits (..., V) in float32, through `weights.lm_head` (the embedding matrix itself
-when `config.tie_word_embeddings`, as in Qwen3-0.6B; its own matrix when not, as in Qwen3-8B).""",
+**`lm_head(hidden)`**: logits (..., V) in float32, `linear(hidden, weights.lm_head)` (the embedding matrix
+itself when `config.tie_word_embeddings`, as in Qwen3-0.6B; its own matrix when not, as in Qwen3-8B;
+`linear`, as every product: the loaded model may keep it in another form that brings its own product).""",
     15: r"""`prompt_ids` (B, T), a tensor or lists (`torch.as_tensor(prompt_ids, device=device)`) -> (B, n) new
 token ids. Make a cache, `make_cache(B, T + max_new_tokens)`; run the prompt once (*prefill*:
 `forward(ids, cache)`) and take the last position's logits; then again and again: the most likely token
