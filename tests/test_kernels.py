@@ -67,42 +67,67 @@ def test_packed_weights_compute_the_plain_products(loaded, reference):
     assert torch.equal(layer.k_proj, plain[q.config.num_attention_heads * q.config.head_dim:][:layer.k_proj.shape[0]])
 
 
-def test_the_tied_table_multiplies_one_row_with_atens_own_kernel(loaded, reference):
-    """Where oneDNN packs bf16, the tied embedding table (looked up, so it stays plain) multiplies one row, a
-    decode step's lm_head, with oneDNN switched off: aten's own kernel, which reads it at the memory's speed
-    where oneDNN's reads it at half (docs/performance.md); more rows go to oneDNN. Both are the plain product,
-    and a decode step's logits stay within transformers' own bf16 rounding."""
-    if not BF16_PACKING:
-        pytest.skip("oneDNN packs no bf16 weights on this CPU (AVX-512 or AVX-NE-CONVERT needed)")
+def matmuls_with_onednn(seen):
+    """A mode recording, at each `@`, whether oneDNN was switched on (False: aten's own kernel runs)."""
     from torch.overrides import TorchFunctionMode
-    q = loaded("bfloat16")
-    w = q.weights
-    assert w.lm_head is w.embed_tokens and type(w.lm_head).__name__ == "TiedTable"
-    table = w.lm_head.w
-    assert table.dtype == torch.bfloat16 and not table.is_mkldnn
-    ids = random_ids(2, 7, seed=41)
-    assert torch.equal(q.embed(ids), table[ids])  # the lookup: the table's rows
 
     class OneDnnAtEachProduct(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if getattr(func, "__name__", "") in ("__matmul__", "matmul"):
                 seen.append(torch.backends.mkldnn.enabled)
             return func(*args, **(kwargs or {}))
+    return OneDnnAtEachProduct()
+
+
+def test_the_tied_table_is_chosen_by_the_rule_with_each_answer_forced(loaded):
+    """On any CPU, packs_weights() forced either way. Yes: a tied bf16 table becomes one TiedTable (still both
+    embed_tokens and lm_head, the same plain tensor inside), laid out once however often the cell runs; it
+    multiplies one row with oneDNN switched off (aten's own kernel), more rows with it on, and switches it
+    back on; its products are the plain ones. No: the table stays the plain tensor, and so does an untied one."""
+    q = loaded("bfloat16")
+    plain = (torch.randn(64, q.config.hidden_size) * 0.1).bfloat16()
+    tied = lambda: q.Weights(embed_tokens=plain, layers=[], norm=None, lm_head=plain)
+    with q.swapped(packs_weights=lambda: False):
+        w = q.lay_out_for_this_device(tied())
+        assert w.lm_head is w.embed_tokens is plain
+        untied = q.lay_out_for_this_device(q.Weights(embed_tokens=plain, layers=[], norm=None, lm_head=plain.clone()))
+        assert isinstance(untied.lm_head, torch.Tensor) and untied.embed_tokens is plain
+    with q.swapped(packs_weights=lambda: True):
+        w = q.lay_out_for_this_device(tied())
+        assert w.lm_head is w.embed_tokens and type(w.lm_head).__name__ == "TiedTable" and w.lm_head.w is plain
+        assert q.lay_out_for_this_device(w).lm_head is w.lm_head
+    ids = torch.tensor([[3, 0, 63]])
+    assert torch.equal(w.embed_tokens[ids], plain[ids])  # the lookup: the table's rows
     seen = []
     for rows in (1, 2, 5):
         x = torch.randn(rows, q.config.hidden_size).bfloat16()
-        with OneDnnAtEachProduct():
+        with matmuls_with_onednn(seen):
             out = q.linear(x, w.lm_head)
-        exact = x.float() @ table.float().T
+        exact = x.float() @ plain.float().T
         torch.testing.assert_close(out.float(), exact, atol=1e-2 * exact.abs().max().item(), rtol=1e-2)
     assert seen == [False, True, True] and torch.backends.mkldnn.enabled  # and switched back on
+
+
+def test_the_tied_table_where_onednn_packs_bf16(loaded, reference):
+    """Where oneDNN packs bf16, the loaded tied table is a TiedTable (looked up, so plain): a decode step's
+    lm_head runs aten's own kernel, which reads it at the memory's speed where oneDNN's reads it at half
+    (docs/performance.md), and that step's logits stay within transformers' own bf16 rounding."""
+    if not BF16_PACKING:
+        pytest.skip("oneDNN packs no bf16 weights on this CPU (AVX-512 or AVX-NE-CONVERT needed)")
+    q = loaded("bfloat16")
+    w = q.weights
+    assert w.lm_head is w.embed_tokens and type(w.lm_head).__name__ == "TiedTable"
+    assert w.lm_head.w.dtype == torch.bfloat16 and not w.lm_head.w.is_mkldnn
     eager, sdpa = reference(dtype=torch.bfloat16), reference(dtype=torch.bfloat16, attn="sdpa")
     ids = random_ids(1, 40, seed=42)
     theirs = eager(ids).logits.float()
     budget = (sdpa(ids).logits.float() - theirs).abs().max()
     cache = q.make_cache(1, 40)
     q.forward(ids[:, :39], cache)
-    step = q.forward(ids[:, 39:], cache, start_pos=39)  # one row: aten's kernel
+    seen = []
+    with matmuls_with_onednn(seen):
+        step = q.forward(ids[:, 39:], cache, start_pos=39)  # one row
+    assert seen[-1] is False  # lm_head, the step's last product: aten's kernel
     assert (step[:, -1] - theirs[:, -1]).abs().max() <= budget
 
 
